@@ -1,0 +1,89 @@
+# kinformer build. `make` builds kinformer.core for Lua 5.4 (and LuaJIT 2.1 when its headers are
+# installed); `make test` installs missing Debian packages, builds, runs the C tests under
+# sanitizers and the busted specs. Fragments in mk/*.mk add sources, tests and targets
+# (CORE_SRC += ..., CTESTS += ..., PHONY targets of their own).
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+WARN      = -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+DEFS      = -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+BUILD     = build
+LUA       = lua5.4
+BUSTED    = $(LUA) /usr/bin/busted
+
+LUA54_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
+CURL_LIBS     := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+
+# The Lua-free core: one file per concept.
+CORE_SRC  = csrc/kinf.c csrc/object.c csrc/map.c csrc/store.c csrc/delta_fifo.c
+# The binding: the only files that include lua.h.
+BIND_SRC  = csrc/lua_core.c csrc/lua_store.c csrc/lua_fifo.c
+CTESTS    =
+EXTRA_LIBS =
+
+-include mk/*.mk
+
+CORE_HDR  = $(wildcard csrc/*.h)
+LIBS      = -lpthread $(EXTRA_LIBS)
+
+.PHONY: all lua54 luajit deps test test-c test-spec check-sanitize clean
+all: lua54 $(if $(LUAJIT_CFLAGS),luajit)
+
+lua54: $(BUILD)/lua5.4/kinformer/core.so
+luajit: $(BUILD)/luajit/kinformer/core.so
+
+$(BUILD)/lua5.4/kinformer/core.so: $(CORE_SRC) $(BIND_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC -shared $(LUA54_CFLAGS) -o $@ $(CORE_SRC) $(BIND_SRC) $(LIBS)
+
+$(BUILD)/luajit/kinformer/core.so: $(CORE_SRC) $(BIND_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC -shared $(LUAJIT_CFLAGS) -o $@ $(CORE_SRC) $(BIND_SRC) $(LIBS)
+
+# Debian packages the project needs; installed only when one is missing.
+DEB_PKGS = build-essential pkg-config lua5.4 liblua5.4-dev libcurl4-openssl-dev lua-cjson \
+           lua-busted luarocks lua-yaml lua-socket luajit2 libluajit2-5.1-dev nginx \
+           libnginx-mod-http-lua lua-resty-core python3 valgrind clang libclang-rt-14-dev \
+           openssl curl
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+	    grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:" $$missing; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@command -v kubectl >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kubernetes-client; }
+
+test: deps all check-sanitize test-spec
+
+# C unit tests: csrc/test/test_NAME.c for each NAME in CTESTS, linked with the whole core, run
+# under AddressSanitizer+UBSan and under ThreadSanitizer (clang). Each prints "N passed, N failed".
+SAN_CC    = clang
+ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+TSAN_FLAGS = -O1 -g -fsanitize=thread
+CTEST_CFLAGS = $(WARN) $(DEFS) -Icsrc
+ASAN_BINS = $(CTESTS:%=$(BUILD)/asan/test_%)
+TSAN_BINS = $(CTESTS:%=$(BUILD)/tsan/test_%)
+
+$(BUILD)/asan/test_%: csrc/test/test_%.c csrc/test/ctest.h $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
+$(BUILD)/tsan/test_%: csrc/test/test_%.c csrc/test/ctest.h $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
+
+check-sanitize: $(ASAN_BINS) $(TSAN_BINS)
+	@set -e; for t in $(ASAN_BINS); do echo "== $$t (asan+ubsan)"; \
+	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
+	@set -e; for t in $(TSAN_BINS); do echo "== $$t (tsan)"; TSAN_OPTIONS=halt_on_error=1 $$t; done
+
+test-c: check-sanitize
+
+test-spec: all
+	$(BUSTED) --helper=spec/helper.lua spec
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,539 @@
+/*
+ * lua_core.c - the kinformer.core module: objects <-> tables (decode once), keys, tombstones,
+ * guards, logging, and luaopen. Contract for the shared helpers in lua_kinf.h.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lua_kinf.h"
+
+/* Registry keys: the addresses are unique; the bytes never change. */
+static const char DECODED_KEY = 0;   /* record address -> table (weak values) */
+static const char RECORDS_KEY = 0;   /* table -> record box (weak keys) */
+static const char TOMBSTONE_KEY = 0; /* the tombstone metatable */
+static const char ENCODE_KEY = 0;    /* cjson encode */
+static const char DECODE_KEY = 0;    /* cjson decode */
+static const char LOGGER_KEY = 0;    /* the logger function, if set */
+static const char REQUEUE_KEY = 0;   /* the REQUEUE sentinel */
+
+#define BOX_MT "kinformer.record"
+#define GUARD_MT "kinformer.guard"
+
+typedef struct box {
+    kinf_object *obj; /* one reference */
+    int from_user;    /* built from a user table: re-encode on every write */
+} box;
+
+int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
+{
+    va_list ap;
+    const char *reason;
+    va_start(ap, fmt);
+    reason = lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    return luaL_error(L, "bad argument #%d to '%s' (%s)", argn, fname, reason);
+}
+
+int kl_fail(lua_State *L, kinf_err err, const char *msg)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, msg && msg[0] ? msg : kinf_strerror(err));
+    return 2;
+}
+
+void kl_log(lua_State *L, const char *level, const char *msg)
+{
+    int top = lua_gettop(L);
+    if (!lua_checkstack(L, 4)) {
+        fprintf(stderr, "kinformer [%s] %s\n", level, msg);
+        return;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &LOGGER_KEY);
+    if (lua_isfunction(L, -1)) {
+        lua_pushstring(L, level);
+        lua_pushstring(L, msg);
+        if (lua_pcall(L, 2, 0, 0) != LUA_OK)
+            fprintf(stderr, "kinformer [%s] %s (logger failed: %s)\n", level, msg,
+                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+    } else {
+        fprintf(stderr, "kinformer [%s] %s\n", level, msg);
+    }
+    lua_settop(L, top);
+}
+
+void kl_push_requeue(lua_State *L)
+{
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &REQUEUE_KEY);
+}
+
+/* ---- guards ---- */
+
+void kl_guard_release(kl_guard *g)
+{
+    if (g->objs == g->one) {
+        for (size_t i = 0; i < g->n; i++)
+            kinf_object_unref(g->one[i]);
+    } else {
+        kinf_objects_free(g->objs, g->n);
+    }
+    g->objs = NULL;
+    g->n = 0;
+    kinf_deltas_clear(&g->deltas);
+    free(g->mem);
+    g->mem = NULL;
+}
+
+static int guard_gc(lua_State *L)
+{
+    kl_guard_release(luaL_checkudata(L, 1, GUARD_MT));
+    return 0;
+}
+
+kl_guard *kl_push_guard(lua_State *L)
+{
+    kl_guard *g = lua_newuserdata(L, sizeof(*g));
+    memset(g, 0, sizeof(*g));
+    luaL_setmetatable(L, GUARD_MT);
+    return g;
+}
+
+/* ---- record boxes ---- */
+
+static int box_gc(lua_State *L)
+{
+    box *b = luaL_checkudata(L, 1, BOX_MT);
+    kinf_object_unref(b->obj);
+    b->obj = NULL;
+    return 0;
+}
+
+/* Pushes an empty box (so the record it will hold is owned by Lua before it exists). */
+static box *push_box(lua_State *L, int from_user)
+{
+    box *b = lua_newuserdata(L, sizeof(*b));
+    b->obj = NULL;
+    b->from_user = from_user;
+    luaL_setmetatable(L, BOX_MT);
+    return b;
+}
+
+/* Links table t (at ti) and box (at bi): records[t] = box, decoded[box.obj] = t. */
+static void link_table(lua_State *L, int ti, int bi)
+{
+    box *b = lua_touserdata(L, bi);
+    ti = kl_absindex(L, ti);
+    bi = kl_absindex(L, bi);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    lua_pushvalue(L, ti);
+    lua_pushvalue(L, bi);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODED_KEY);
+    lua_pushvalue(L, ti);
+    kl_rawsetp(L, -2, b->obj);
+    lua_pop(L, 1);
+}
+
+/* ---- records -> tables ---- */
+
+void kl_push_object(lua_State *L, kinf_object *obj)
+{
+    int top;
+    box *b;
+
+    if (obj == NULL) {
+        lua_pushnil(L);
+        return;
+    }
+    luaL_checkstack(L, 8, "kinformer: pushing an object");
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODED_KEY);
+    kl_rawgetp(L, -1, obj);
+    if (!lua_isnil(L, -1)) {
+        lua_remove(L, -2);
+        return;
+    }
+    lua_pop(L, 2);
+    top = lua_gettop(L);
+    if (kinf_object_is_tombstone(obj)) {
+        lua_createtable(L, 0, 2);
+        lua_pushlstring(L, obj->key, obj->key_len);
+        lua_setfield(L, -2, "key");
+        kl_push_object(L, obj->inner);
+        lua_setfield(L, -2, "obj");
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+        lua_setmetatable(L, -2);
+    } else {
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+        lua_pushlstring(L, obj->json, obj->json_len);
+        if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+            luaL_error(L, "kinformer: cannot decode the record of %s: %s", obj->key,
+                       lua_tostring(L, -1));
+    }
+    b = push_box(L, 0);
+    b->obj = kinf_object_ref(obj);
+    link_table(L, top + 1, top + 2);
+    lua_settop(L, top + 1);
+}
+
+/* ---- tables -> records ---- */
+
+/* Reads t.metadata[field] (metadata table at mi) as an optional string. */
+static int meta_string(lua_State *L, int mi, const char *field, kinf_str *out, char *errbuf,
+                       size_t errlen)
+{
+    lua_getfield(L, mi, field);
+    out->ptr = "";
+    out->len = 0;
+    if (lua_type(L, -1) == LUA_TSTRING) {
+        out->ptr = lua_tolstring(L, -1, &out->len);
+    } else if (!lua_isnil(L, -1)) {
+        kinf_errmsg(errbuf, errlen, "metadata.%s must be a string, got %s", field,
+                    luaL_typename(L, -1));
+        return 0;
+    }
+    /* The string stays alive in the metadata table, which stays on the stack. */
+    lua_pop(L, 1);
+    return 1;
+}
+
+static int push_metadata(lua_State *L, int ti, char *errbuf, size_t errlen)
+{
+    lua_getfield(L, ti, "metadata");
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        kinf_errmsg(errbuf, errlen, "object has no metadata");
+        return 0;
+    }
+    return 1;
+}
+
+kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, char *errbuf,
+                          size_t errlen)
+{
+    int top = lua_gettop(L);
+    kinf_meta meta;
+    kinf_err err;
+    box *b;
+
+    idx = kl_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        kl_argerror(L, argn, fname, "object expected, got %s", luaL_typename(L, idx));
+    luaL_checkstack(L, 10, "kinformer: converting an object");
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    lua_pushvalue(L, idx);
+    lua_rawget(L, -2);
+    b = lua_touserdata(L, -1);
+    if (b != NULL && b->obj != NULL && !b->from_user) {
+        lua_remove(L, -2);
+        return b->obj; /* a table kinformer made: its record, as it is */
+    }
+    if (b != NULL && b->obj != NULL) {
+        /* A user table written before: forget its old record, encode it afresh. */
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODED_KEY);
+        lua_pushnil(L);
+        kl_rawsetp(L, -2, b->obj);
+    }
+    lua_settop(L, top);
+
+    lua_getmetatable(L, idx);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+    if (lua_rawequal(L, -1, -2)) {
+        kinf_object *inner = NULL;
+        const char *key;
+        size_t len;
+        lua_settop(L, top);
+        lua_getfield(L, idx, "key");
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            lua_settop(L, top);
+            kinf_errmsg(errbuf, errlen, "tombstone has no string key");
+            return NULL;
+        }
+        key = lua_tolstring(L, -1, &len);
+        lua_getfield(L, idx, "obj");
+        if (!lua_isnil(L, -1)) {
+            inner = kl_to_object(L, -1, argn, fname, errbuf, errlen);
+            if (inner == NULL) {
+                lua_settop(L, top);
+                return NULL;
+            }
+        }
+        b = push_box(L, 1);
+        b->obj = kinf_tombstone_new(key, len, inner, &err);
+        if (b->obj == NULL) {
+            lua_settop(L, top);
+            kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
+            return NULL;
+        }
+        link_table(L, idx, -1);
+        lua_replace(L, top + 1);
+        lua_settop(L, top + 1);
+        return b->obj;
+    }
+    lua_settop(L, top);
+
+    if (!push_metadata(L, idx, errbuf, errlen))
+        return NULL;
+    if (!meta_string(L, top + 1, "name", &meta.name, errbuf, errlen) ||
+        !meta_string(L, top + 1, "namespace", &meta.namespace_, errbuf, errlen) ||
+        !meta_string(L, top + 1, "uid", &meta.uid, errbuf, errlen) ||
+        !meta_string(L, top + 1, "resourceVersion", &meta.resource_version, errbuf, errlen)) {
+        lua_settop(L, top);
+        return NULL;
+    }
+    if (meta.name.len == 0) {
+        lua_settop(L, top);
+        kinf_errmsg(errbuf, errlen, "object has no metadata.name");
+        return NULL;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY); /* top + 2 */
+    lua_pushvalue(L, idx);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        kinf_errmsg(errbuf, errlen, "cannot encode object as JSON: %s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return NULL;
+    }
+    b = push_box(L, 1); /* top + 3 */
+    {
+        size_t len;
+        const char *json = lua_tolstring(L, top + 2, &len);
+        b->obj = kinf_object_new(json, len, &meta, &err);
+    }
+    if (b->obj == NULL) {
+        lua_settop(L, top);
+        kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
+        return NULL;
+    }
+    link_table(L, idx, top + 3);
+    lua_replace(L, top + 1);
+    lua_settop(L, top + 1);
+    return b->obj;
+}
+
+int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf, size_t errlen)
+{
+    int top = lua_gettop(L);
+    kinf_str ns, name;
+    box *b;
+
+    idx = kl_absindex(L, idx);
+    if (!lua_istable(L, idx))
+        kl_argerror(L, argn, fname, "object expected, got %s", luaL_typename(L, idx));
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    lua_pushvalue(L, idx);
+    lua_rawget(L, -2);
+    b = lua_touserdata(L, -1);
+    if (b != NULL && b->obj != NULL && !b->from_user) {
+        lua_settop(L, top);
+        lua_pushlstring(L, b->obj->key, b->obj->key_len);
+        return 1;
+    }
+    lua_settop(L, top);
+    lua_getmetatable(L, idx);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+    if (lua_rawequal(L, -1, -2)) {
+        lua_settop(L, top);
+        lua_getfield(L, idx, "key");
+        if (lua_type(L, -1) == LUA_TSTRING)
+            return 1;
+        lua_settop(L, top);
+        kinf_errmsg(errbuf, errlen, "tombstone has no string key");
+        return 0;
+    }
+    lua_settop(L, top);
+    if (!push_metadata(L, idx, errbuf, errlen))
+        return 0;
+    if (!meta_string(L, top + 1, "name", &name, errbuf, errlen) ||
+        !meta_string(L, top + 1, "namespace", &ns, errbuf, errlen)) {
+        lua_settop(L, top);
+        return 0;
+    }
+    if (name.len == 0) {
+        lua_settop(L, top);
+        kinf_errmsg(errbuf, errlen, "object has no metadata.name");
+        return 0;
+    }
+    if (ns.len)
+        lua_pushfstring(L, "%s/%s", ns.ptr, name.ptr);
+    else
+        lua_pushlstring(L, name.ptr, name.len);
+    lua_replace(L, top + 1);
+    lua_settop(L, top + 1);
+    return 1;
+}
+
+/* ---- deltas ---- */
+
+static const char *const DELTA_NAMES[] = {"Added", "Updated", "Deleted", "Replaced", "Sync"};
+
+int kl_delta_type(const char *name)
+{
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(name, DELTA_NAMES[i]) == 0)
+            return i;
+    }
+    return -1;
+}
+
+void kl_push_deltas(lua_State *L, const kinf_deltas *d)
+{
+    luaL_checkstack(L, 4, "kinformer: pushing deltas");
+    lua_createtable(L, (int)d->n, 0);
+    for (size_t i = 0; i < d->n; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, kinf_delta_type_name(d->v[i].type));
+        lua_setfield(L, -2, "type");
+        kl_push_object(L, d->v[i].obj);
+        lua_setfield(L, -2, "object");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+/* ---- module functions ---- */
+
+static int l_key_of(lua_State *L)
+{
+    char err[128];
+    if (kl_push_key(L, 1, 1, "key_of", err, sizeof(err)))
+        return 1;
+    return kl_fail(L, KINF_ENOKEY, err);
+}
+
+static int l_split_key(lua_State *L)
+{
+    size_t len;
+    const char *key = luaL_checklstring(L, 1, &len);
+    kinf_str ns, name;
+    if (kinf_split_key(key, len, &ns, &name) != KINF_OK) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "unexpected key format: %s", key);
+        return 2;
+    }
+    lua_pushlstring(L, ns.ptr, ns.len);
+    lua_pushlstring(L, name.ptr, name.len);
+    return 2;
+}
+
+static int l_tombstone(lua_State *L)
+{
+    luaL_checkstring(L, 1);
+    if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
+        kl_argerror(L, 2, "tombstone", "object or nil expected, got %s", luaL_typename(L, 2));
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(L, 1);
+    lua_setfield(L, -2, "key");
+    lua_pushvalue(L, 2);
+    lua_setfield(L, -2, "obj");
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+    lua_setmetatable(L, -2);
+    return 1;
+}
+
+int kl_is_tombstone(lua_State *L, int idx)
+{
+    int yes = 0;
+    idx = kl_absindex(L, idx);
+    if (lua_istable(L, idx) && lua_getmetatable(L, idx)) {
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+        yes = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+    }
+    return yes;
+}
+
+static int l_is_tombstone(lua_State *L)
+{
+    lua_pushboolean(L, kl_is_tombstone(L, 1));
+    return 1;
+}
+
+static int l_set_logger(lua_State *L)
+{
+    if (!lua_isnoneornil(L, 1))
+        luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_settop(L, 1);
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &LOGGER_KEY);
+    return 0;
+}
+
+static int l_log(lua_State *L)
+{
+    kl_log(L, luaL_checkstring(L, 1), luaL_checkstring(L, 2));
+    return 0;
+}
+
+/* Creates a weak table with the given mode and stores it in the registry under key. */
+static void new_weak_table(lua_State *L, const void *key, const char *mode)
+{
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, mode);
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    kl_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
+static const luaL_Reg FUNCS[] = {
+    {"store", kl_new_store},
+    {"delta_fifo", kl_new_fifo},
+    {"key_of", l_key_of},
+    {"split_key", l_split_key},
+    {"tombstone", l_tombstone},
+    {"is_tombstone", l_is_tombstone},
+    {"set_logger", l_set_logger},
+    {"log", l_log},
+    {NULL, NULL},
+};
+
+#if defined(__GNUC__)
+__attribute__((visibility("default")))
+#endif
+int luaopen_kinformer_core(lua_State *L);
+
+int luaopen_kinformer_core(lua_State *L)
+{
+    /* lua-cjson, a private instance so a user's cjson settings never change our encoding. */
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "cjson");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "new");
+    lua_call(L, 0, 1);
+    lua_getfield(L, -1, "encode");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY);
+    lua_getfield(L, -1, "decode");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pop(L, 2);
+
+    new_weak_table(L, &DECODED_KEY, "v");
+    new_weak_table(L, &RECORDS_KEY, "k");
+
+    luaL_newmetatable(L, BOX_MT);
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, GUARD_MT);
+    lua_pushcfunction(L, guard_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, "kinformer.tombstone");
+    lua_setfield(L, -2, "__name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, "REQUEUE");
+    lua_setfield(L, -2, "name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &REQUEUE_KEY);
+
+    kl_open_store(L);
+    kl_open_fifo(L);
+
+    luaL_newlib(L, FUNCS);
+    kl_push_requeue(L);
+    lua_setfield(L, -2, "REQUEUE");
+    lua_pushstring(L, "0.1.0");
+    lua_setfield(L, -2, "_VERSION");
+    return 1;
+}

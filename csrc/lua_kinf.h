@@ -1,0 +1,81 @@
+/*
+ * lua_kinf.h - what the binding files (lua_*.c) share: turning object records into Lua tables
+ * and back, guards for C arrays while Lua code may raise, logging and argument errors.
+ *
+ * Objects and tables (one Lua state; all of this runs on the thread that owns it):
+ * - A record is decoded (lua-cjson) at most once while its table lives: `decoded` maps the
+ *   record's address to its table (weak values). `records` maps a table to a "record box"
+ *   userdata that holds a reference on the record (weak keys), so a record cannot be freed,
+ *   and its address reused, while its decoded entry exists.
+ * - Tables that kinformer decoded are read-only by contract and are never re-encoded: handing one
+ *   back (e.g. a popped object into a store) reuses its record. Tables a user built are encoded
+ *   on every write, so editing and re-adding one does what it says.
+ * - Tombstones are tables {key = ..., obj = ...} whose metatable is the tombstone metatable.
+ *
+ * Memory discipline (STYLE 14): C-owned references are held by a guard userdata on the Lua
+ * stack before any call that may raise, so a Lua error never leaks them.
+ */
+#ifndef KINF_LUA_KINF_H
+#define KINF_LUA_KINF_H
+
+#include "compat.h"
+#include "delta_fifo.h"
+#include "object.h"
+
+#define KL_STORE_MT "kinformer.store"
+#define KL_FIFO_MT "kinformer.delta_fifo"
+
+/* Pushes obj's table (nil for NULL). May raise (memory). */
+void kl_push_object(lua_State *L, kinf_object *obj);
+
+/*
+ * The record for the table (or tombstone) at idx. Raises when the value is not a table (naming
+ * argument argn of function fname). On success pushes one value (the box that keeps the record
+ * alive until the caller's frame ends) and returns the record, borrowed. On a data problem (no
+ * metadata.name, not encodable) pushes nothing, returns NULL and writes errbuf.
+ */
+kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, char *errbuf,
+                          size_t errlen);
+
+/* Pushes the key of the table/tombstone at idx (without encoding it); 0 + errbuf on failure. */
+int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf, size_t errlen);
+
+/* Guards: a userdata owning C memory until released or collected. */
+typedef struct kl_guard {
+    kinf_object **objs; /* references, freed with the array (unless objs == one) */
+    size_t n;
+    kinf_object *one[1];
+    kinf_deltas deltas;
+    void *mem;          /* any malloc'd block */
+} kl_guard;
+kl_guard *kl_push_guard(lua_State *L);
+void kl_guard_release(kl_guard *g);
+
+/* Whether the value at idx is a tombstone table. */
+int kl_is_tombstone(lua_State *L, int idx);
+
+/* Pushes the deltas as { {type = "Added", object = obj}, ... }. */
+void kl_push_deltas(lua_State *L, const kinf_deltas *d);
+/* Parses a type name ("Added", ...); -1 when unknown. */
+int kl_delta_type(const char *name);
+
+/* Pushes nil and a message for err (using msg when given); returns 2. */
+int kl_fail(lua_State *L, kinf_err err, const char *msg);
+
+/* Logs through the function set with set_logger (default: stderr). Never raises. */
+void kl_log(lua_State *L, const char *level, const char *msg);
+
+/* Raises "bad argument #argn to 'fname' (...)" with a formatted reason. */
+int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...);
+
+/* The unique REQUEUE sentinel. */
+void kl_push_requeue(lua_State *L);
+
+void kl_open_store(lua_State *L);
+void kl_open_fifo(lua_State *L);
+int kl_new_store(lua_State *L);
+int kl_new_fifo(lua_State *L);
+/* The C store behind the store userdata at idx, or NULL if it is not one (or closed). */
+struct kinf_store *kl_test_store(lua_State *L, int idx);
+
+#endif

@@ -1,0 +1,662 @@
+/*
+ * lua_store.c - kinformer.store{ indexers = {...} }: the indexed store, thin over store.c.
+ *
+ * The userdata's uservalue table holds [PINNED] record address -> table for every stored record
+ * whose table was handed out or handed in (so repeated gets return the same table without
+ * decoding), and [FNS] slot -> Lua index function. Pinned entries are dropped in the same call
+ * that removes their record from the store, before the record's last reference can go away.
+ *
+ * Index functions are called by the core during writes (and store:index) on this thread; each
+ * call runs inside lua_pcall, so a raising index function can never unwind through the core
+ * while it holds its writer lock. Its failure is logged, counted in status(), and returned as
+ * the write's second result; the object is stored without that index.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lua_kinf.h"
+#include "store.h"
+
+enum { PINNED = 1, FNS = 2 };
+
+typedef struct lindex {
+    struct lstore *owner;
+    int slot; /* key in the FNS table */
+} lindex;
+
+typedef struct lstore {
+    kinf_store *store;    /* NULL once closed */
+    lua_State *L;         /* the state of the write in progress (saved/restored if nested) */
+    int fns_ref;          /* registry reference to the FNS table */
+    lindex **indexes;     /* owned; ud of each Lua index function */
+    size_t nindexes;
+    int next_slot;
+} lstore;
+
+static lstore *check_store(lua_State *L, int idx)
+{
+    lstore *ls = luaL_checkudata(L, idx, KL_STORE_MT);
+    if (ls->store == NULL)
+        luaL_error(L, "kinformer: store is closed");
+    return ls;
+}
+
+kinf_store *kl_test_store(lua_State *L, int idx)
+{
+    lstore *ls = luaL_testudata(L, idx, KL_STORE_MT);
+    return ls ? ls->store : NULL;
+}
+
+/* Pushes the uservalue table of the store at index 1 and returns its stack index. */
+static int begin(lua_State *L)
+{
+    kl_getuservalue(L, 1);
+    return lua_gettop(L);
+}
+
+/* ---- index functions ---- */
+
+typedef struct index_call {
+    lindex *ix;
+    kinf_object *obj;
+    kinf_values *out;
+    char *errbuf;
+    size_t errlen;
+} index_call;
+
+/* Protected: fn(obj) -> list of strings, copied into call->out. */
+static int index_call_protected(lua_State *L)
+{
+    index_call *c = lua_touserdata(L, 1);
+    lstore *ls = c->ix->owner;
+    kinf_str stack_vals[8], *vals = stack_vals;
+    size_t n;
+
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref);
+    lua_rawgeti(L, -1, c->ix->slot);
+    kl_push_object(L, c->obj);
+    lua_call(L, 1, 1);
+    if (lua_isnil(L, -1))
+        return 0;
+    if (!lua_istable(L, -1)) {
+        kinf_errmsg(c->errbuf, c->errlen, "returned a %s, expected a list of strings%s",
+                    luaL_typename(L, -1),
+                    lua_type(L, -1) == LUA_TSTRING ? " (wrap it: { value })" : "");
+        return 0;
+    }
+    n = kl_rawlen(L, -1);
+    if (n > 8) {
+        vals = lua_newuserdata(L, n * sizeof(*vals)); /* collected with the call's stack */
+        lua_insert(L, -2);
+    }
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, -1, (int)i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            kinf_errmsg(c->errbuf, c->errlen, "value #%d is a %s, expected a string",
+                        (int)i + 1, luaL_typename(L, -1));
+            return 0;
+        }
+        vals[i].ptr = lua_tolstring(L, -1, &vals[i].len);
+        lua_pop(L, 1); /* the string stays alive in the result table */
+    }
+    c->out = kinf_values_new(vals, n);
+    if (c->out == NULL)
+        kinf_errmsg(c->errbuf, c->errlen, "out of memory");
+    return 0;
+}
+
+static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char *errbuf,
+                             size_t errlen)
+{
+    lindex *ix = ud;
+    lua_State *L = ix->owner->L;
+    index_call c = {ix, obj, NULL, errbuf, errlen};
+    int top = lua_gettop(L);
+
+    *out = NULL;
+    errbuf[0] = '\0';
+    if (!lua_checkstack(L, 8)) {
+        kinf_errmsg(errbuf, errlen, "Lua stack overflow");
+        return KINF_EINDEX;
+    }
+    lua_pushcfunction(L, index_call_protected);
+    lua_pushlightuserdata(L, &c);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        kinf_errmsg(errbuf, errlen, "raised: %s",
+                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        lua_settop(L, top);
+        return KINF_EINDEX;
+    }
+    lua_settop(L, top);
+    if (errbuf[0]) {
+        kinf_values_free(c.out);
+        return KINF_EINDEX;
+    }
+    *out = c.out;
+    return KINF_OK;
+}
+
+/* ---- results ---- */
+
+/* Pushes obj's table, pinning it so later reads return the same table. */
+static void push_pinned(lua_State *L, int uv, kinf_object *obj)
+{
+    lua_rawgeti(L, uv, PINNED);
+    kl_rawgetp(L, -1, obj);
+    if (!lua_isnil(L, -1)) {
+        lua_remove(L, -2);
+        return;
+    }
+    lua_pop(L, 1);
+    kl_push_object(L, obj);
+    lua_pushvalue(L, -1);
+    kl_rawsetp(L, -3, obj);
+    lua_remove(L, -2);
+}
+
+static void unpin(lua_State *L, int uv, kinf_object *obj)
+{
+    if (obj == NULL)
+        return;
+    lua_rawgeti(L, uv, PINNED);
+    lua_pushnil(L);
+    kl_rawsetp(L, -2, obj);
+    lua_pop(L, 1);
+}
+
+/* Pushes an array of the guarded objects' tables (keys when keys_only) and frees them. */
+static int push_objects(lua_State *L, int uv, kl_guard *g, int keys_only)
+{
+    lua_createtable(L, (int)g->n, 0);
+    for (size_t i = 0; i < g->n; i++) {
+        if (keys_only)
+            lua_pushlstring(L, g->objs[i]->key, g->objs[i]->key_len);
+        else
+            push_pinned(L, uv, g->objs[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    kl_guard_release(g);
+    return 1;
+}
+
+/* Reports a write's outcome: true, or true + the index failure, or nil + error. */
+static int write_result(lua_State *L, const char *fname, kinf_err err, const char *msg)
+{
+    switch (err) {
+    case KINF_OK:
+        lua_pushboolean(L, 1);
+        return 1;
+    case KINF_EINDEX:
+        kl_log(L, "error", msg);
+        lua_pushboolean(L, 1);
+        lua_pushstring(L, msg);
+        return 2;
+    case KINF_EBUSY:
+        return luaL_error(L, "kinformer: store:%s called from inside an index function", fname);
+    default:
+        return kl_fail(L, err, msg);
+    }
+}
+
+/* ---- methods ---- */
+
+/* Runs a core write with ls->L set for the index functions it may call; restores it after, so
+ * a nested write from a coroutine or another store cannot leave a stale state behind. */
+#define WITH_STATE(ls, L, expr)          \
+    do {                                 \
+        lua_State *saved_ = (ls)->L;     \
+        (ls)->L = (L);                   \
+        expr;                            \
+        (ls)->L = saved_;                \
+    } while (0)
+
+static int s_add(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    char msg[320] = "";
+    kinf_object *obj, *old = NULL;
+    kinf_err err;
+    int uv;
+
+    lua_settop(L, 2);
+    uv = begin(L); /* 3 */
+    obj = kl_to_object(L, 2, 1, "add", msg, sizeof(msg));
+    if (obj == NULL)
+        return kl_fail(L, KINF_ENOKEY, msg);
+    WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
+    if (err == KINF_OK || err == KINF_EINDEX) {
+        /* Unpin the replaced record before dropping our reference to it. Neither step can
+         * raise short of memory exhaustion; `old` is then leaked, never double-freed. */
+        if (old != obj)
+            unpin(L, uv, old);
+        kinf_object_unref(old);
+        lua_rawgeti(L, uv, PINNED);
+        lua_pushvalue(L, 2);
+        kl_rawsetp(L, -2, obj);
+    }
+    return write_result(L, "add", err, msg);
+}
+
+static int s_delete(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    char msg[160];
+    kinf_object *old = NULL;
+    size_t len;
+    const char *key;
+    kinf_err err;
+    int uv;
+
+    lua_settop(L, 2);
+    uv = begin(L);
+    if (!kl_push_key(L, 2, 1, "delete", msg, sizeof(msg)))
+        return kl_fail(L, KINF_ENOKEY, msg);
+    key = lua_tolstring(L, -1, &len);
+    err = kinf_store_delete(ls->store, key, len, &old);
+    unpin(L, uv, old);
+    kinf_object_unref(old);
+    return write_result(L, "delete", err, NULL);
+}
+
+static int s_replace(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    char msg[320] = "";
+    size_t n;
+    kl_guard *g;
+    kinf_err err;
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
+        kl_argerror(L, 2, "replace", "resource version string expected, got %s",
+                    luaL_typename(L, 3));
+    lua_settop(L, 2);
+    begin(L); /* 3 */
+    n = kl_rawlen(L, 2);
+    g = kl_push_guard(L); /* 4 */
+    g->objs = calloc(n ? n : 1, sizeof(*g->objs));
+    if (g->objs == NULL)
+        return kl_fail(L, KINF_ENOMEM, NULL);
+    lua_createtable(L, 0, (int)n); /* 5: the new pinned table */
+    for (size_t i = 0; i < n; i++) {
+        kinf_object *obj;
+        lua_rawgeti(L, 2, (int)i + 1);
+        if (!lua_istable(L, -1))
+            return kl_argerror(L, 1, "replace", "item #%d is a %s, expected an object",
+                               (int)i + 1, luaL_typename(L, -1));
+        obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
+        if (obj == NULL) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg);
+            return 2;
+        }
+        g->objs[g->n++] = kinf_object_ref(obj);
+        lua_pop(L, 1);         /* the box: the guard holds a reference now */
+        kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item */
+    }
+    WITH_STATE(ls, L, err = kinf_store_replace(ls->store, g->objs, g->n, msg, sizeof(msg)));
+    kl_guard_release(g);
+    if (err == KINF_OK || err == KINF_EINDEX) {
+        lua_pushvalue(L, 5);
+        lua_rawseti(L, 3, PINNED);
+    }
+    return write_result(L, "replace", err, msg);
+}
+
+static int s_get_by_key(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    size_t len;
+    const char *key = luaL_checklstring(L, 2, &len);
+    kl_guard *g;
+    int uv;
+
+    lua_settop(L, 2);
+    uv = begin(L);
+    g = kl_push_guard(L); /* before taking a reference: pushing can raise */
+    g->objs = g->one;
+    g->objs[0] = kinf_store_get(ls->store, key, len);
+    if (g->objs[0] == NULL) {
+        g->objs = NULL;
+        lua_pushnil(L);
+        return 1;
+    }
+    g->n = 1;
+    push_pinned(L, uv, g->objs[0]);
+    kl_guard_release(g);
+    return 1;
+}
+
+static int s_get(lua_State *L)
+{
+    char msg[160];
+    check_store(L, 1);
+    lua_settop(L, 2);
+    if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg)))
+        return kl_fail(L, KINF_ENOKEY, msg);
+    lua_replace(L, 2);
+    return s_get_by_key(L);
+}
+
+static int list_common(lua_State *L, int keys_only)
+{
+    lstore *ls = check_store(L, 1);
+    kl_guard *g;
+    kinf_err err;
+    int uv;
+
+    lua_settop(L, 1);
+    uv = begin(L);
+    g = kl_push_guard(L);
+    if ((err = kinf_store_list(ls->store, &g->objs, &g->n)) != KINF_OK)
+        return kl_fail(L, err, NULL);
+    return push_objects(L, uv, g, keys_only);
+}
+
+static int s_list(lua_State *L)
+{
+    return list_common(L, 0);
+}
+
+static int s_list_keys(lua_State *L)
+{
+    return list_common(L, 1);
+}
+
+static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
+{
+    lstore *ls = check_store(L, 1);
+    const char *index = luaL_checkstring(L, 2);
+    size_t len;
+    const char *value = luaL_checklstring(L, 3, &len);
+    kl_guard *g;
+    kinf_err err;
+    int uv;
+
+    lua_settop(L, 3);
+    uv = begin(L);
+    g = kl_push_guard(L);
+    err = sorted_keys ? kinf_store_index_keys(ls->store, index, value, len, &g->objs, &g->n)
+                      : kinf_store_by_index(ls->store, index, value, len, &g->objs, &g->n);
+    if (err == KINF_ENOTFOUND)
+        return kl_argerror(L, 1, fname, "index '%s' does not exist", index);
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    return push_objects(L, uv, g, sorted_keys);
+}
+
+static int s_by_index(lua_State *L)
+{
+    return by_index_common(L, "by_index", 0);
+}
+
+static int s_index_keys(lua_State *L)
+{
+    return by_index_common(L, "index_keys", 1);
+}
+
+static int s_index(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    const char *index = luaL_checkstring(L, 2);
+    char msg[320] = "";
+    kinf_object *obj;
+    kl_guard *g;
+    kinf_err err;
+    int uv;
+
+    lua_settop(L, 3);
+    uv = begin(L); /* 4 */
+    if (!kinf_store_has_index(ls->store, index))
+        return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
+    obj = kl_to_object(L, 3, 2, "index", msg, sizeof(msg)); /* 5: box */
+    if (obj == NULL)
+        return kl_fail(L, KINF_ENOKEY, msg);
+    g = kl_push_guard(L);
+    WITH_STATE(ls, L,
+               err = kinf_store_index(ls->store, index, obj, &g->objs, &g->n, msg, sizeof(msg)));
+    if (err == KINF_ENOTFOUND)
+        return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
+    if (err == KINF_EINDEX)
+        return kl_fail(L, err, lua_pushfstring(L, "index '%s' failed: %s", index, msg));
+    if (err != KINF_OK)
+        return kl_fail(L, err, msg);
+    return push_objects(L, uv, g, 0);
+}
+
+static int s_list_index_func_values(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    const char *index = luaL_checkstring(L, 2);
+    kl_guard *g = kl_push_guard(L);
+    kinf_values *vals = NULL;
+    kinf_err err = kinf_store_index_values(ls->store, index, &vals);
+
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    g->mem = vals;
+    lua_createtable(L, vals ? (int)vals->n : 0, 0);
+    for (size_t i = 0; vals != NULL && i < vals->n; i++) {
+        lua_pushlstring(L, vals->v[i].ptr, vals->v[i].len);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    kl_guard_release(g);
+    return 1;
+}
+
+static int s_add_indexers(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    kinf_indexer_def *defs;
+    lindex **grown;
+    char msg[320] = "";
+    size_t n = 0, k = 0;
+    kinf_err err;
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            return kl_argerror(L, 1, "add_indexers", "indexer names must be strings, got %s",
+                               luaL_typename(L, -2));
+        if (!lua_isfunction(L, -1))
+            return kl_argerror(L, 1, "add_indexers", "indexer '%s' must be a function, got %s",
+                               lua_tostring(L, -2), luaL_typename(L, -1));
+        if (kinf_store_has_index(ls->store, lua_tostring(L, -2)))
+            return luaL_error(L, "indexer conflict: %s", lua_tostring(L, -2));
+        n++;
+    }
+    if (n == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    /* Userdata-backed scratch: collected if anything below raises. */
+    defs = lua_newuserdata(L, n * sizeof(*defs)); /* 3 */
+    grown = realloc(ls->indexes, (ls->nindexes + n) * sizeof(*grown));
+    if (grown == NULL)
+        return kl_fail(L, KINF_ENOMEM, NULL);
+    ls->indexes = grown;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref); /* 4 */
+    for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
+        lindex *ix = malloc(sizeof(*ix));
+        if (ix == NULL)
+            break;
+        ix->owner = ls;
+        ix->slot = ++ls->next_slot;
+        ls->indexes[ls->nindexes + k] = ix;
+        defs[k].name = lua_tostring(L, -2); /* alive: a key of the argument table */
+        defs[k].fn = lua_index_fn;
+        defs[k].ud = ix;
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, 4, ix->slot);
+        k++;
+    }
+    if (k == n) {
+        WITH_STATE(ls, L, err = kinf_store_add_indexers(ls->store, defs, n, msg, sizeof(msg)));
+    } else {
+        lua_settop(L, 4);
+        err = KINF_ENOMEM;
+    }
+    if (err == KINF_OK || err == KINF_EINDEX) {
+        ls->nindexes += n;
+    } else {
+        for (size_t i = 0; i < k; i++) {
+            lua_pushnil(L);
+            lua_rawseti(L, 4, ls->indexes[ls->nindexes + i]->slot);
+            free(ls->indexes[ls->nindexes + i]);
+        }
+        if (err == KINF_EEXIST)
+            return luaL_error(L, "%s", msg);
+    }
+    return write_result(L, "add_indexers", err, msg);
+}
+
+static int s_len(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    lua_pushinteger(L, (lua_Integer)kinf_store_len(ls->store));
+    return 1;
+}
+
+static int s_status(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    char last[256];
+    unsigned long errors = kinf_store_index_errors(ls->store, last, sizeof(last));
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)kinf_store_len(ls->store));
+    lua_setfield(L, -2, "items");
+    lua_pushinteger(L, (lua_Integer)errors);
+    lua_setfield(L, -2, "index_errors");
+    if (errors) {
+        lua_pushstring(L, last);
+        lua_setfield(L, -2, "last_index_error");
+    }
+    return 1;
+}
+
+static void store_close(lua_State *L, lstore *ls)
+{
+    if (ls->store == NULL)
+        return;
+    luaL_unref(L, LUA_REGISTRYINDEX, ls->fns_ref);
+    ls->fns_ref = LUA_NOREF;
+    /* A FIFO may keep the C store alive: its index functions must not outlive us. */
+    kinf_store_detach_index_functions(ls->store);
+    kinf_store_unref(ls->store);
+    ls->store = NULL;
+    for (size_t i = 0; i < ls->nindexes; i++)
+        free(ls->indexes[i]);
+    free(ls->indexes);
+    ls->indexes = NULL;
+    ls->nindexes = 0;
+}
+
+static int s_close(lua_State *L)
+{
+    store_close(L, luaL_checkudata(L, 1, KL_STORE_MT));
+    return 0;
+}
+
+static int s_tostring(lua_State *L)
+{
+    lstore *ls = luaL_checkudata(L, 1, KL_STORE_MT);
+    if (ls->store == NULL)
+        lua_pushstring(L, "kinformer.store (closed)");
+    else
+        lua_pushfstring(L, "kinformer.store (%d items)", (int)kinf_store_len(ls->store));
+    return 1;
+}
+
+int kl_new_store(lua_State *L)
+{
+    int with_ns = 1;
+    lstore *ls;
+    kinf_err err;
+
+    if (!lua_isnoneornil(L, 1)) {
+        luaL_checktype(L, 1, LUA_TTABLE);
+        for (lua_pushnil(L); lua_next(L, 1); lua_pop(L, 1)) {
+            const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+            if (strcmp(k, "indexers") == 0) {
+                if (!lua_istable(L, -1))
+                    kl_argerror(L, 1, "store", "option 'indexers' must be a table");
+            } else if (strcmp(k, "namespace_index") == 0) {
+                if (!lua_isboolean(L, -1))
+                    kl_argerror(L, 1, "store", "option 'namespace_index' must be a boolean");
+                with_ns = lua_toboolean(L, -1);
+            } else {
+                kl_argerror(L, 1, "store", "unknown option '%s'", k);
+            }
+        }
+    }
+    lua_settop(L, 1);
+    ls = kl_newuserdata(L, sizeof(*ls)); /* 2 */
+    memset(ls, 0, sizeof(*ls));
+    luaL_setmetatable(L, KL_STORE_MT);
+    ls->fns_ref = LUA_NOREF;
+    lua_createtable(L, 2, 0);
+    lua_newtable(L);
+    lua_rawseti(L, -2, PINNED);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    ls->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_rawseti(L, -2, FNS);
+    kl_setuservalue(L, 2);
+    ls->store = kinf_store_new(with_ns, &err);
+    if (ls->store == NULL)
+        return kl_fail(L, err, NULL);
+    if (lua_istable(L, 1)) {
+        lua_getfield(L, 1, "indexers");
+        if (lua_istable(L, -1)) {
+            /* Reuse the method: stack as add_indexers(store, indexers) expects. */
+            int top = lua_gettop(L);
+            lua_pushcfunction(L, s_add_indexers);
+            lua_pushvalue(L, 2);
+            lua_pushvalue(L, top);
+            lua_call(L, 2, 0);
+        }
+        lua_settop(L, 2);
+    }
+    return 1;
+}
+
+static int s_gc(lua_State *L)
+{
+    store_close(L, luaL_checkudata(L, 1, KL_STORE_MT));
+    return 0;
+}
+
+static const luaL_Reg METHODS[] = {
+    {"add", s_add},
+    {"update", s_add},
+    {"delete", s_delete},
+    {"replace", s_replace},
+    {"get", s_get},
+    {"get_by_key", s_get_by_key},
+    {"list", s_list},
+    {"list_keys", s_list_keys},
+    {"by_index", s_by_index},
+    {"index_keys", s_index_keys},
+    {"index", s_index},
+    {"list_index_func_values", s_list_index_func_values},
+    {"add_indexers", s_add_indexers},
+    {"len", s_len},
+    {"status", s_status},
+    {"close", s_close},
+    {NULL, NULL},
+};
+
+void kl_open_store(lua_State *L)
+{
+    luaL_newmetatable(L, KL_STORE_MT);
+    luaL_newlib(L, METHODS);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, s_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, s_len);
+    lua_setfield(L, -2, "__len");
+    lua_pushcfunction(L, s_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+}

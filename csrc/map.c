@@ -1,0 +1,161 @@
+/* map.c - string-keyed hash map (contract in map.h). */
+#include "map.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Load factor at most 3/4: probe sequences stay short with linear probing. */
+#define MAP_MIN_CAP 16
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ULL;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ULL;
+    x ^= x >> 32;
+    return x;
+}
+
+/* Word-at-a-time multiply-mix hash; keys are short (namespace/name, label values). */
+static uint64_t hash_bytes(uint64_t seed, const char *p, size_t len)
+{
+    uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ULL);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ mix(w)) * 0x9e3779b97f4a7c15ULL;
+        p += 8;
+        len -= 8;
+    }
+    if (len) {
+        uint64_t w = 0;
+        memcpy(&w, p, len);
+        h = (h ^ mix(w)) * 0x9e3779b97f4a7c15ULL;
+    }
+    return mix(h);
+}
+
+void kinf_map_init(kinf_map *m)
+{
+    struct timespec ts;
+    m->slots = NULL;
+    m->cap = 0;
+    m->count = 0;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    m->seed = mix((uint64_t)(uintptr_t)m ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec);
+}
+
+void kinf_map_free(kinf_map *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = m->count = 0;
+}
+
+static kinf_map_slot *probe(const kinf_map *m, const char *key, size_t len, uint64_t h)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        kinf_map_slot *s = &m->slots[i];
+        if (s->key == NULL)
+            return s;
+        if (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0)
+            return s;
+    }
+}
+
+kinf_map_slot *kinf_map_find(const kinf_map *m, const char *key, size_t len)
+{
+    kinf_map_slot *s;
+    if (m->count == 0)
+        return NULL;
+    s = probe(m, key, len, hash_bytes(m->seed, key, len));
+    return s->key ? s : NULL;
+}
+
+void *kinf_map_get(const kinf_map *m, const char *key, size_t len)
+{
+    kinf_map_slot *s = kinf_map_find(m, key, len);
+    return s ? s->value : NULL;
+}
+
+static kinf_err grow_to(kinf_map *m, size_t cap)
+{
+    kinf_map_slot *old = m->slots, *slots;
+    size_t old_cap = m->cap;
+
+    slots = calloc(cap, sizeof(*slots));
+    if (slots == NULL)
+        return KINF_ENOMEM;
+    m->slots = slots;
+    m->cap = cap;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i].key != NULL)
+            *probe(m, old[i].key, old[i].len, old[i].hash) = old[i];
+    }
+    free(old);
+    return KINF_OK;
+}
+
+kinf_err kinf_map_reserve(kinf_map *m, size_t n)
+{
+    size_t cap = m->cap ? m->cap : MAP_MIN_CAP;
+    if (n > SIZE_MAX / 8)
+        return KINF_ENOMEM;
+    while (n * 4 > cap * 3)
+        cap *= 2;
+    return cap == m->cap ? KINF_OK : grow_to(m, cap);
+}
+
+kinf_err kinf_map_put(kinf_map *m, const char *key, size_t len, void *value)
+{
+    uint64_t h = hash_bytes(m->seed, key, len);
+    kinf_map_slot *s;
+
+    if (m->cap) {
+        s = probe(m, key, len, h);
+        if (s->key != NULL) {
+            s->key = key;
+            s->value = value;
+            return KINF_OK;
+        }
+    }
+    if (kinf_map_reserve(m, m->count + 1) != KINF_OK)
+        return KINF_ENOMEM;
+    s = probe(m, key, len, h);
+    s->key = key;
+    s->len = len;
+    s->hash = h;
+    s->value = value;
+    m->count++;
+    return KINF_OK;
+}
+
+void *kinf_map_remove(kinf_map *m, const char *key, size_t len)
+{
+    kinf_map_slot *s = kinf_map_find(m, key, len);
+    size_t mask, i, j;
+    void *value;
+
+    if (s == NULL)
+        return NULL;
+    value = s->value;
+    mask = m->cap - 1;
+    i = (size_t)(s - m->slots);
+    /* Backward-shift: move later members of the probe run into the hole so no tombstones are
+     * needed and lookups stay correct. */
+    for (j = (i + 1) & mask; m->slots[j].key != NULL; j = (j + 1) & mask) {
+        size_t home = (size_t)m->slots[j].hash & mask;
+        /* Move slot j into the hole at i when its home is not in (i, j] cyclically. */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->slots[i] = m->slots[j];
+            i = j;
+        }
+    }
+    m->slots[i].key = NULL;
+    m->slots[i].value = NULL;
+    m->count--;
+    return value;
+}

@@ -1,0 +1,977 @@
+/*
+ * store.c - thread-safe indexed store (contract in store.h).
+ *
+ * Layout: `items` maps key -> item; each indexer maps value -> bucket, a bucket maps key -> item.
+ * An item owns its key bytes (the maps point at them) and remembers, per indexer, the values it
+ * was indexed under, so an update never has to call an index function on the old object.
+ *
+ * Every write runs in two steps under the data lock: prepare (all allocations: new buckets, room
+ * in maps) and commit (pointer moves that cannot fail). A failed prepare sweeps away the empty
+ * buckets it created, so readers never see a half-applied write. Readers skip nothing: empty
+ * buckets never survive a write.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "map.h"
+
+typedef struct item {
+    kinf_object *obj;      /* [lock] one reference */
+    kinf_values **values;  /* [write_mu] per indexer, NULL = none; nvalues may lag nindexers */
+    size_t nvalues;        /* [write_mu] */
+    size_t key_len;
+    char key[];
+} item;
+
+typedef struct bucket {
+    kinf_map keys; /* item key -> item */
+    size_t len;
+    char value[];
+} bucket;
+
+typedef struct indexer {
+    kinf_index_fn fn; /* [write_mu] NULL with builtin_ns == 0: detached, yields no values */
+    void *ud;
+    int builtin_ns;
+    kinf_map buckets; /* [lock] value -> bucket */
+    char name[];
+} indexer;
+
+struct kinf_store {
+    atomic_long refs;
+    pthread_mutex_t write_mu; /* error-checking: a re-entrant lock reports EDEADLK */
+    pthread_rwlock_t lock;
+    kinf_map items;             /* [lock] */
+    indexer **indexers;         /* [lock]; changed only with write_mu held too */
+    size_t nindexers, cap_indexers;
+    unsigned long index_errors; /* [lock] */
+    char last_index_error[256]; /* [lock] */
+};
+
+/* ---- values ---- */
+
+kinf_values *kinf_values_new(const kinf_str *vals, size_t n)
+{
+    size_t bytes = 0;
+    kinf_values *out;
+    char *cur;
+
+    for (size_t i = 0; i < n; i++)
+        bytes += vals[i].len + 1;
+    out = malloc(sizeof(*out) + n * sizeof(kinf_str) + bytes);
+    if (out == NULL)
+        return NULL;
+    out->n = n;
+    cur = (char *)&out->v[n];
+    for (size_t i = 0; i < n; i++) {
+        if (vals[i].len)
+            memcpy(cur, vals[i].ptr, vals[i].len);
+        cur[vals[i].len] = '\0';
+        out->v[i].ptr = cur;
+        out->v[i].len = vals[i].len;
+        cur += vals[i].len + 1;
+    }
+    return out;
+}
+
+void kinf_values_free(kinf_values *vals)
+{
+    free(vals);
+}
+
+static int values_have(const kinf_values *vals, const kinf_str *v)
+{
+    if (vals == NULL)
+        return 0;
+    for (size_t i = 0; i < vals->n; i++) {
+        if (vals->v[i].len == v->len && memcmp(vals->v[i].ptr, v->ptr, v->len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int values_equal(const kinf_values *a, const kinf_values *b)
+{
+    size_t na = a ? a->n : 0, nb = b ? b->n : 0;
+    if (na != nb)
+        return 0;
+    for (size_t i = 0; i < na; i++) {
+        if (!values_have(b, &a->v[i]) || !values_have(a, &b->v[i]))
+            return 0;
+    }
+    return 1;
+}
+
+void kinf_objects_free(kinf_object **objs, size_t n)
+{
+    if (objs == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        kinf_object_unref(objs[i]);
+    free(objs);
+}
+
+/* ---- lifecycle ---- */
+
+static void item_free(item *it)
+{
+    if (it == NULL)
+        return;
+    for (size_t i = 0; i < it->nvalues; i++)
+        kinf_values_free(it->values[i]);
+    free(it->values);
+    kinf_object_unref(it->obj);
+    free(it);
+}
+
+static void buckets_free(kinf_map *buckets)
+{
+    kinf_map_slot *sl;
+    for (size_t i = 0; (sl = kinf_map_next(buckets, &i)) != NULL;) {
+        bucket *b = sl->value;
+        kinf_map_free(&b->keys);
+        free(b);
+    }
+    kinf_map_free(buckets);
+}
+
+static void items_free(kinf_map *items)
+{
+    kinf_map_slot *sl;
+    for (size_t i = 0; (sl = kinf_map_next(items, &i)) != NULL;)
+        item_free(sl->value);
+    kinf_map_free(items);
+}
+
+static indexer *indexer_new(const kinf_indexer_def *def)
+{
+    size_t len = strlen(def->name);
+    indexer *ix = malloc(sizeof(*ix) + len + 1);
+    if (ix == NULL)
+        return NULL;
+    memcpy(ix->name, def->name, len + 1);
+    ix->fn = def->fn;
+    ix->ud = def->ud;
+    ix->builtin_ns = def->fn == NULL;
+    kinf_map_init(&ix->buckets);
+    return ix;
+}
+
+static void indexer_free(indexer *ix)
+{
+    if (ix == NULL)
+        return;
+    buckets_free(&ix->buckets);
+    free(ix);
+}
+
+kinf_store *kinf_store_new(int with_namespace_index, kinf_err *err)
+{
+    pthread_mutexattr_t attr;
+    kinf_store *s = calloc(1, sizeof(*s));
+
+    if (s == NULL) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    if (pthread_mutexattr_init(&attr) != 0) {
+        free(s);
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    if (pthread_mutex_init(&s->write_mu, &attr) != 0) {
+        pthread_mutexattr_destroy(&attr);
+        free(s);
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    pthread_mutexattr_destroy(&attr);
+    if (pthread_rwlock_init(&s->lock, NULL) != 0) {
+        pthread_mutex_destroy(&s->write_mu);
+        free(s);
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    kinf_map_init(&s->items);
+    if (with_namespace_index) {
+        kinf_indexer_def def = {KINF_NAMESPACE_INDEX, NULL, NULL};
+        kinf_err e = kinf_store_add_indexers(s, &def, 1, NULL, 0);
+        if (e != KINF_OK) {
+            kinf_store_unref(s);
+            *err = e;
+            return NULL;
+        }
+    }
+    *err = KINF_OK;
+    return s;
+}
+
+kinf_store *kinf_store_ref(kinf_store *s)
+{
+    if (s != NULL)
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    return s;
+}
+
+void kinf_store_unref(kinf_store *s)
+{
+    if (s == NULL || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    items_free(&s->items);
+    for (size_t i = 0; i < s->nindexers; i++)
+        indexer_free(s->indexers[i]);
+    free(s->indexers);
+    pthread_rwlock_destroy(&s->lock);
+    pthread_mutex_destroy(&s->write_mu);
+    free(s);
+}
+
+/* ---- locking ---- */
+
+static kinf_err write_begin(kinf_store *s)
+{
+    int rc = pthread_mutex_lock(&s->write_mu);
+    if (rc == EDEADLK)
+        return KINF_EBUSY;
+    return rc == 0 ? KINF_OK : KINF_EINVAL;
+}
+
+static void write_end(kinf_store *s)
+{
+    pthread_mutex_unlock(&s->write_mu);
+}
+
+/* ---- index values ---- */
+
+/* Computes obj's values for indexer ix. Failures are reported through *failed/errbuf and give
+ * "no values"; only KINF_ENOMEM is returned as an error. Caller holds write_mu (or is a reader
+ * computing values for kinf_store_index). */
+static kinf_err compute_values(indexer *ix, kinf_index_fn fn, void *ud, kinf_object *obj,
+                               kinf_values **out, int *failed, char *errbuf, size_t errlen)
+{
+    char msg[200];
+    kinf_err e;
+
+    *out = NULL;
+    if (ix->builtin_ns) {
+        kinf_str v = {obj->namespace_, strlen(obj->namespace_)};
+        *out = kinf_values_new(&v, 1);
+        return *out ? KINF_OK : KINF_ENOMEM;
+    }
+    if (fn == NULL)
+        return KINF_OK;
+    msg[0] = '\0';
+    e = fn(ud, obj, out, msg, sizeof(msg));
+    if (e == KINF_OK)
+        return KINF_OK;
+    *out = NULL;
+    if (e == KINF_ENOMEM)
+        return e;
+    if (!*failed)
+        kinf_errmsg(errbuf, errlen, "index '%s' failed for %s: %s", ix->name, obj->key,
+                    msg[0] ? msg : kinf_strerror(e));
+    (*failed)++;
+    return KINF_OK;
+}
+
+/* Computes obj's values for indexers [from, to). vals must hold to - from pointers. */
+static kinf_err compute_all(kinf_store *s, size_t from, size_t to, kinf_object *obj,
+                            kinf_values **vals, int *failed, char *errbuf, size_t errlen)
+{
+    for (size_t i = from; i < to; i++) {
+        indexer *ix = s->indexers[i];
+        kinf_err e = compute_values(ix, ix->fn, ix->ud, obj, &vals[i - from], failed, errbuf, errlen);
+        if (e != KINF_OK) {
+            for (size_t j = from; j < i; j++)
+                kinf_values_free(vals[j - from]);
+            return e;
+        }
+    }
+    return KINF_OK;
+}
+
+static void note_index_failure_locked(kinf_store *s, int failed, const char *msg)
+{
+    if (!failed)
+        return;
+    s->index_errors += (unsigned long)failed;
+    kinf_errmsg(s->last_index_error, sizeof(s->last_index_error), "%s", msg);
+}
+
+/* Ensures a bucket with room for one more key exists for each value. */
+static kinf_err prepare_values_locked(indexer *ix, const kinf_values *vals)
+{
+    if (vals == NULL)
+        return KINF_OK;
+    for (size_t i = 0; i < vals->n; i++) {
+        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
+        if (b == NULL) {
+            b = malloc(sizeof(*b) + vals->v[i].len + 1);
+            if (b == NULL)
+                return KINF_ENOMEM;
+            memcpy(b->value, vals->v[i].ptr, vals->v[i].len + 1);
+            b->len = vals->v[i].len;
+            kinf_map_init(&b->keys);
+            if (kinf_map_put(&ix->buckets, b->value, b->len, b) != KINF_OK) {
+                free(b);
+                return KINF_ENOMEM;
+            }
+        }
+        if (kinf_map_reserve(&b->keys, b->keys.count + 1) != KINF_OK)
+            return KINF_ENOMEM;
+    }
+    return KINF_OK;
+}
+
+static void drop_key_locked(indexer *ix, const kinf_str *value, const char *key, size_t key_len)
+{
+    bucket *b = kinf_map_get(&ix->buckets, value->ptr, value->len);
+    if (b == NULL)
+        return;
+    kinf_map_remove(&b->keys, key, key_len);
+    if (b->keys.count == 0) {
+        kinf_map_remove(&ix->buckets, b->value, b->len);
+        kinf_map_free(&b->keys);
+        free(b);
+    }
+}
+
+/* Undoes a failed prepare: removes the empty buckets it may have created. */
+static void sweep_empty_locked(indexer *ix, const kinf_values *vals)
+{
+    if (vals == NULL)
+        return;
+    for (size_t i = 0; i < vals->n; i++) {
+        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
+        if (b != NULL && b->keys.count == 0) {
+            kinf_map_remove(&ix->buckets, b->value, b->len);
+            kinf_map_free(&b->keys);
+            free(b);
+        }
+    }
+}
+
+/* Moves it's key from old to new values in ix. Cannot fail after prepare_values_locked(new). */
+static void commit_values_locked(indexer *ix, item *it, const kinf_values *old,
+                                 const kinf_values *new_)
+{
+    if (old != NULL) {
+        for (size_t i = 0; i < old->n; i++) {
+            if (!values_have(new_, &old->v[i]))
+                drop_key_locked(ix, &old->v[i], it->key, it->key_len);
+        }
+    }
+    if (new_ != NULL) {
+        for (size_t i = 0; i < new_->n; i++) {
+            bucket *b = kinf_map_get(&ix->buckets, new_->v[i].ptr, new_->v[i].len);
+            /* Room was reserved by prepare: put cannot fail here. */
+            (void)kinf_map_put(&b->keys, it->key, it->key_len, it);
+        }
+    }
+}
+
+/* ---- writes ---- */
+
+kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, char *errbuf,
+                        size_t errlen)
+{
+    kinf_values *stack_vals[8], **vals = stack_vals;
+    kinf_values **item_vals = NULL;
+    item *it, *fresh = NULL;
+    char msg[256] = "";
+    int failed = 0;
+    size_t n;
+    kinf_err e;
+
+    if (old_out)
+        *old_out = NULL;
+    if (obj == NULL || kinf_object_is_tombstone(obj))
+        return KINF_EINVAL;
+    e = write_begin(s);
+    if (e != KINF_OK)
+        return e;
+    n = s->nindexers;
+    if (n > 8 && (vals = calloc(n, sizeof(*vals))) == NULL) {
+        write_end(s);
+        return KINF_ENOMEM;
+    }
+    e = compute_all(s, 0, n, obj, vals, &failed, msg, sizeof(msg));
+    if (e != KINF_OK)
+        goto out_nolock;
+
+    it = kinf_map_get(&s->items, obj->key, obj->key_len); /* stable: we are the only writer */
+    if (it == NULL || it->nvalues < n) {
+        /* A new item, or one indexed before some indexers existed: size its values array. */
+        item_vals = calloc(n ? n : 1, sizeof(*item_vals));
+        if (item_vals == NULL) {
+            e = KINF_ENOMEM;
+            goto out_free_vals;
+        }
+    }
+    if (it == NULL) {
+        fresh = malloc(sizeof(*fresh) + obj->key_len + 1);
+        if (fresh == NULL) {
+            e = KINF_ENOMEM;
+            goto out_free_vals;
+        }
+        memcpy(fresh->key, obj->key, obj->key_len + 1);
+        fresh->key_len = obj->key_len;
+        fresh->obj = NULL;
+        fresh->values = item_vals;
+        fresh->nvalues = n;
+        item_vals = NULL;
+    }
+
+    pthread_rwlock_wrlock(&s->lock);
+    if (fresh != NULL && kinf_map_reserve(&s->items, s->items.count + 1) != KINF_OK) {
+        e = KINF_ENOMEM;
+    } else {
+        size_t i;
+        for (i = 0; i < n; i++) {
+            kinf_values *old = (it && i < it->nvalues) ? it->values[i] : NULL;
+            if (values_equal(old, vals[i]))
+                continue;
+            if (prepare_values_locked(s->indexers[i], vals[i]) != KINF_OK)
+                break;
+        }
+        if (i < n) {
+            for (size_t j = 0; j <= i; j++)
+                sweep_empty_locked(s->indexers[j], vals[j]);
+            e = KINF_ENOMEM;
+        }
+    }
+    if (e != KINF_OK) {
+        pthread_rwlock_unlock(&s->lock);
+        free(fresh ? fresh->values : NULL);
+        free(fresh);
+        goto out_free_vals;
+    }
+    /* Commit: nothing below allocates. */
+    if (fresh != NULL) {
+        it = fresh;
+        (void)kinf_map_put(&s->items, it->key, it->key_len, it);
+    } else if (item_vals != NULL) {
+        memcpy(item_vals, it->values, it->nvalues * sizeof(*item_vals));
+        free(it->values);
+        it->values = item_vals;
+        it->nvalues = n;
+        item_vals = NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kinf_values *old = it->values[i];
+        if (values_equal(old, vals[i])) {
+            kinf_values_free(vals[i]); /* fast path: same values, indexes untouched */
+            continue;
+        }
+        commit_values_locked(s->indexers[i], it, old, vals[i]);
+        kinf_values_free(old);
+        it->values[i] = vals[i];
+    }
+    if (old_out)
+        *old_out = it->obj;
+    else
+        kinf_object_unref(it->obj);
+    it->obj = kinf_object_ref(obj);
+    note_index_failure_locked(s, failed, msg);
+    pthread_rwlock_unlock(&s->lock);
+    write_end(s);
+    if (vals != stack_vals)
+        free(vals);
+    if (failed) {
+        kinf_errmsg(errbuf, errlen, "%s", msg);
+        return KINF_EINDEX;
+    }
+    return KINF_OK;
+
+out_free_vals:
+    for (size_t i = 0; i < n; i++)
+        kinf_values_free(vals[i]);
+out_nolock:
+    free(item_vals);
+    if (vals != stack_vals)
+        free(vals);
+    write_end(s);
+    return e;
+}
+
+kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_object **old_out)
+{
+    kinf_err e = write_begin(s);
+    item *it;
+
+    if (old_out)
+        *old_out = NULL;
+    if (e != KINF_OK)
+        return e;
+    pthread_rwlock_wrlock(&s->lock);
+    it = kinf_map_remove(&s->items, key, len);
+    if (it != NULL) {
+        for (size_t i = 0; i < it->nvalues && i < s->nindexers; i++)
+            commit_values_locked(s->indexers[i], it, it->values[i], NULL);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    write_end(s);
+    if (it != NULL) {
+        if (old_out) {
+            *old_out = it->obj;
+            it->obj = NULL;
+        }
+        item_free(it);
+    }
+    return KINF_OK;
+}
+
+/* Builds, with no lock held, complete items and bucket maps for objs; on success the caller
+ * swaps them in. Index values come from the store's indexers (write_mu held). */
+static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n, kinf_map *items,
+                              kinf_map *buckets, int *failed, char *msg, size_t msglen)
+{
+    size_t nix = s->nindexers;
+    kinf_map_slot *sl;
+    kinf_err e;
+
+    kinf_map_init(items);
+    for (size_t i = 0; i < nix; i++)
+        kinf_map_init(&buckets[i]);
+    if ((e = kinf_map_reserve(items, n)) != KINF_OK)
+        return e;
+    for (size_t k = 0; k < n; k++) {
+        kinf_object *obj = objs[k];
+        item *it, *prev;
+
+        if (obj == NULL || kinf_object_is_tombstone(obj))
+            return KINF_EINVAL;
+        it = malloc(sizeof(*it) + obj->key_len + 1);
+        if (it == NULL)
+            return KINF_ENOMEM;
+        memcpy(it->key, obj->key, obj->key_len + 1);
+        it->key_len = obj->key_len;
+        it->obj = kinf_object_ref(obj);
+        it->nvalues = nix;
+        it->values = calloc(nix ? nix : 1, sizeof(*it->values));
+        if (it->values == NULL) {
+            item_free(it);
+            return KINF_ENOMEM;
+        }
+        if ((e = compute_all(s, 0, nix, obj, it->values, failed, msg, msglen)) != KINF_OK) {
+            it->nvalues = 0;
+            item_free(it);
+            return e;
+        }
+        prev = kinf_map_get(items, it->key, it->key_len);
+        (void)kinf_map_put(items, it->key, it->key_len, it); /* reserved above */
+        item_free(prev);                                     /* a later duplicate wins */
+    }
+    for (size_t i = 0; i < nix; i++) {
+        indexer tmp = *s->indexers[i];
+        tmp.buckets = buckets[i];
+        for (size_t j = 0; (sl = kinf_map_next(items, &j)) != NULL;) {
+            item *it = sl->value;
+            if ((e = prepare_values_locked(&tmp, it->values[i])) != KINF_OK) {
+                buckets[i] = tmp.buckets;
+                return e;
+            }
+            commit_values_locked(&tmp, it, NULL, it->values[i]);
+        }
+        buckets[i] = tmp.buckets;
+    }
+    return KINF_OK;
+}
+
+kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, char *errbuf,
+                            size_t errlen)
+{
+    kinf_map items, *buckets;
+    char msg[256] = "";
+    int failed = 0;
+    size_t nix;
+    kinf_err e = write_begin(s);
+
+    if (e != KINF_OK)
+        return e;
+    nix = s->nindexers;
+    buckets = calloc(nix ? nix : 1, sizeof(*buckets));
+    if (buckets == NULL) {
+        write_end(s);
+        return KINF_ENOMEM;
+    }
+    e = build_content(s, objs, n, &items, buckets, &failed, msg, sizeof(msg));
+    if (e == KINF_OK) {
+        /* Swap: the old content ends up in items/buckets and is freed below, unlocked. */
+        kinf_map tmp;
+        pthread_rwlock_wrlock(&s->lock);
+        tmp = s->items;
+        s->items = items;
+        items = tmp;
+        for (size_t i = 0; i < nix; i++) {
+            tmp = s->indexers[i]->buckets;
+            s->indexers[i]->buckets = buckets[i];
+            buckets[i] = tmp;
+        }
+        note_index_failure_locked(s, failed, msg);
+        pthread_rwlock_unlock(&s->lock);
+    }
+    write_end(s);
+    items_free(&items);
+    for (size_t i = 0; i < nix; i++)
+        buckets_free(&buckets[i]);
+    free(buckets);
+    if (e == KINF_OK && failed) {
+        kinf_errmsg(errbuf, errlen, "%s", msg);
+        return KINF_EINDEX;
+    }
+    return e;
+}
+
+kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, size_t n,
+                                 char *errbuf, size_t errlen)
+{
+    indexer **fresh = NULL;
+    kinf_values ***vals = NULL; /* vals[item#][new indexer#] */
+    item **items = NULL;
+    size_t nitems = 0, old_n;
+    char msg[256] = "";
+    int failed = 0;
+    kinf_map_slot *sl;
+    kinf_err e = write_begin(s);
+
+    if (e != KINF_OK)
+        return e;
+    old_n = s->nindexers;
+    for (size_t i = 0; i < n; i++) {
+        int clash = 0;
+        if (defs[i].name == NULL) {
+            write_end(s);
+            return KINF_EINVAL;
+        }
+        for (size_t j = 0; j < old_n; j++)
+            clash |= strcmp(s->indexers[j]->name, defs[i].name) == 0;
+        for (size_t j = 0; j < i; j++)
+            clash |= strcmp(defs[j].name, defs[i].name) == 0;
+        if (clash) {
+            kinf_errmsg(errbuf, errlen, "indexer conflict: %s", defs[i].name);
+            write_end(s);
+            return KINF_EEXIST;
+        }
+    }
+    if (n == 0) {
+        write_end(s);
+        return KINF_OK;
+    }
+    e = KINF_ENOMEM;
+    fresh = calloc(n, sizeof(*fresh));
+    items = calloc(s->items.count ? s->items.count : 1, sizeof(*items));
+    vals = calloc(s->items.count ? s->items.count : 1, sizeof(*vals));
+    if (fresh == NULL || items == NULL || vals == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if ((fresh[i] = indexer_new(&defs[i])) == NULL)
+            goto out;
+    }
+    /* Only writers change items, and we are the writer: iterating without the data lock is safe. */
+    for (size_t j = 0; (sl = kinf_map_next(&s->items, &j)) != NULL;) {
+        item *it = sl->value;
+        items[nitems] = it;
+        if ((vals[nitems] = calloc(n, sizeof(**vals))) == NULL)
+            goto out;
+        nitems++;
+        for (size_t i = 0; i < n; i++) {
+            e = compute_values(fresh[i], fresh[i]->fn, fresh[i]->ud, it->obj, &vals[nitems - 1][i],
+                               &failed, msg, sizeof(msg));
+            if (e != KINF_OK)
+                goto out;
+        }
+        e = KINF_ENOMEM;
+    }
+    /* Build the new indexers' buckets (not yet visible) and grow every item's values array. */
+    for (size_t k = 0; k < nitems; k++) {
+        item *it = items[k];
+        kinf_values **grown;
+        for (size_t i = 0; i < n; i++) {
+            if (prepare_values_locked(fresh[i], vals[k][i]) != KINF_OK)
+                goto out;
+            commit_values_locked(fresh[i], it, NULL, vals[k][i]);
+        }
+        grown = realloc(it->values, (old_n + n) * sizeof(*grown));
+        if (grown == NULL)
+            goto out;
+        for (size_t i = it->nvalues; i < old_n; i++)
+            grown[i] = NULL;
+        it->values = grown;
+        if (it->nvalues < old_n)
+            it->nvalues = old_n; /* the slots in between are NULL: "no values" */
+    }
+    if (old_n + n > s->cap_indexers) {
+        indexer **arr = realloc(s->indexers, (old_n + n) * sizeof(*arr));
+        if (arr == NULL)
+            goto out;
+        s->indexers = arr; /* readers index with nindexers, which has not changed yet */
+        s->cap_indexers = old_n + n;
+    }
+    pthread_rwlock_wrlock(&s->lock);
+    for (size_t i = 0; i < n; i++)
+        s->indexers[old_n + i] = fresh[i];
+    s->nindexers = old_n + n;
+    for (size_t k = 0; k < nitems; k++) {
+        for (size_t i = 0; i < n; i++)
+            items[k]->values[old_n + i] = vals[k][i];
+        items[k]->nvalues = old_n + n;
+        free(vals[k]);
+        vals[k] = NULL;
+    }
+    note_index_failure_locked(s, failed, msg);
+    pthread_rwlock_unlock(&s->lock);
+    fresh = NULL; /* owned by the store now */
+    e = failed ? KINF_EINDEX : KINF_OK;
+    if (failed)
+        kinf_errmsg(errbuf, errlen, "%s", msg);
+out:
+    if (vals != NULL) {
+        for (size_t k = 0; k < nitems; k++) {
+            if (vals[k] == NULL)
+                continue;
+            for (size_t i = 0; i < n; i++)
+                kinf_values_free(vals[k][i]);
+            free(vals[k]);
+        }
+    }
+    if (fresh != NULL) {
+        for (size_t i = 0; i < n; i++)
+            indexer_free(fresh[i]);
+    }
+    free(fresh);
+    free(vals);
+    free(items);
+    write_end(s);
+    return e;
+}
+
+void kinf_store_detach_index_functions(kinf_store *s)
+{
+    /* Taking write_mu waits for a write in progress, whose index function may be running. */
+    int rc = pthread_mutex_lock(&s->write_mu);
+    for (size_t i = 0; i < s->nindexers; i++) {
+        s->indexers[i]->fn = NULL;
+        s->indexers[i]->ud = NULL;
+    }
+    if (rc == 0)
+        pthread_mutex_unlock(&s->write_mu);
+}
+
+/* ---- reads ---- */
+
+kinf_object *kinf_store_get(kinf_store *s, const char *key, size_t len)
+{
+    kinf_object *obj = NULL;
+    item *it;
+    pthread_rwlock_rdlock(&s->lock);
+    it = kinf_map_get(&s->items, key, len);
+    if (it != NULL)
+        obj = kinf_object_ref(it->obj);
+    pthread_rwlock_unlock(&s->lock);
+    return obj;
+}
+
+size_t kinf_store_len(kinf_store *s)
+{
+    size_t n;
+    pthread_rwlock_rdlock(&s->lock);
+    n = s->items.count;
+    pthread_rwlock_unlock(&s->lock);
+    return n;
+}
+
+/* Copies the objects of a key -> item map into a new array of references. */
+static kinf_err collect_locked(const kinf_map *m, kinf_object ***out, size_t *n)
+{
+    kinf_map_slot *sl;
+    size_t k = 0;
+    kinf_object **arr = malloc((m->count ? m->count : 1) * sizeof(*arr));
+    if (arr == NULL)
+        return KINF_ENOMEM;
+    for (size_t i = 0; (sl = kinf_map_next(m, &i)) != NULL;)
+        arr[k++] = kinf_object_ref(((item *)sl->value)->obj);
+    *out = arr;
+    *n = k;
+    return KINF_OK;
+}
+
+kinf_err kinf_store_list(kinf_store *s, kinf_object ***out, size_t *n)
+{
+    kinf_err e;
+    pthread_rwlock_rdlock(&s->lock);
+    e = collect_locked(&s->items, out, n);
+    pthread_rwlock_unlock(&s->lock);
+    return e;
+}
+
+static indexer *find_indexer_locked(kinf_store *s, const char *name)
+{
+    for (size_t i = 0; i < s->nindexers; i++) {
+        if (strcmp(s->indexers[i]->name, name) == 0)
+            return s->indexers[i];
+    }
+    return NULL;
+}
+
+int kinf_store_has_index(kinf_store *s, const char *index)
+{
+    int has;
+    pthread_rwlock_rdlock(&s->lock);
+    has = find_indexer_locked(s, index) != NULL;
+    pthread_rwlock_unlock(&s->lock);
+    return has;
+}
+
+kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value, size_t len,
+                             kinf_object ***out, size_t *n)
+{
+    static const kinf_map empty;
+    indexer *ix;
+    bucket *b;
+    kinf_err e;
+
+    pthread_rwlock_rdlock(&s->lock);
+    ix = find_indexer_locked(s, index);
+    if (ix == NULL) {
+        pthread_rwlock_unlock(&s->lock);
+        return KINF_ENOTFOUND;
+    }
+    b = kinf_map_get(&ix->buckets, value, len);
+    e = collect_locked(b ? &b->keys : &empty, out, n);
+    pthread_rwlock_unlock(&s->lock);
+    return e;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const kinf_object *x = *(kinf_object *const *)a, *y = *(kinf_object *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+kinf_err kinf_store_index_keys(kinf_store *s, const char *index, const char *value, size_t len,
+                               kinf_object ***out, size_t *n)
+{
+    kinf_err e = kinf_store_by_index(s, index, value, len, out, n);
+    if (e == KINF_OK && *n > 1)
+        qsort(*out, *n, sizeof(**out), by_key);
+    return e;
+}
+
+kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, kinf_object ***out,
+                          size_t *n, char *errbuf, size_t errlen)
+{
+    kinf_values *vals = NULL;
+    kinf_index_fn fn;
+    void *ud;
+    indexer *ix;
+    int failed = 0;
+    kinf_map seen;
+    kinf_object **arr = NULL;
+    size_t k = 0, cap = 0;
+    kinf_err e;
+
+    pthread_rwlock_rdlock(&s->lock);
+    ix = find_indexer_locked(s, index);
+    fn = ix ? ix->fn : NULL;
+    ud = ix ? ix->ud : NULL;
+    pthread_rwlock_unlock(&s->lock);
+    if (ix == NULL)
+        return KINF_ENOTFOUND;
+    if (obj == NULL || kinf_object_is_tombstone(obj))
+        return KINF_EINVAL;
+    /* Indexers are never freed before the store, so ix stays valid unlocked. */
+    e = compute_values(ix, fn, ud, obj, &vals, &failed, errbuf, errlen);
+    if (e != KINF_OK)
+        return e;
+    if (failed)
+        return KINF_EINDEX;
+    kinf_map_init(&seen);
+    pthread_rwlock_rdlock(&s->lock);
+    for (size_t i = 0; vals != NULL && i < vals->n && e == KINF_OK; i++) {
+        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
+        kinf_map_slot *sl;
+        if (b == NULL)
+            continue;
+        for (size_t j = 0; (sl = kinf_map_next(&b->keys, &j)) != NULL;) {
+            item *it = sl->value;
+            if (kinf_map_get(&seen, it->key, it->key_len) != NULL)
+                continue;
+            if (k == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                kinf_object **grown = realloc(arr, ncap * sizeof(*grown));
+                if (grown == NULL) {
+                    e = KINF_ENOMEM;
+                    break;
+                }
+                arr = grown;
+                cap = ncap;
+            }
+            if (kinf_map_put(&seen, it->key, it->key_len, it) != KINF_OK) {
+                e = KINF_ENOMEM;
+                break;
+            }
+            arr[k++] = kinf_object_ref(it->obj);
+        }
+    }
+    pthread_rwlock_unlock(&s->lock);
+    kinf_map_free(&seen);
+    kinf_values_free(vals);
+    if (e != KINF_OK) {
+        kinf_objects_free(arr, k);
+        return e;
+    }
+    if (arr == NULL && (arr = malloc(sizeof(*arr))) == NULL)
+        return KINF_ENOMEM;
+    *out = arr;
+    *n = k;
+    return KINF_OK;
+}
+
+kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out)
+{
+    kinf_str *list = NULL;
+    kinf_map_slot *sl;
+    indexer *ix;
+    size_t k = 0;
+
+    *out = NULL;
+    pthread_rwlock_rdlock(&s->lock);
+    ix = find_indexer_locked(s, index);
+    if (ix == NULL || ix->buckets.count == 0) {
+        pthread_rwlock_unlock(&s->lock);
+        return KINF_OK;
+    }
+    list = malloc(ix->buckets.count * sizeof(*list));
+    if (list == NULL) {
+        pthread_rwlock_unlock(&s->lock);
+        return KINF_ENOMEM;
+    }
+    for (size_t i = 0; (sl = kinf_map_next(&ix->buckets, &i)) != NULL;) {
+        bucket *b = sl->value;
+        list[k].ptr = b->value;
+        list[k].len = b->len;
+        k++;
+    }
+    *out = kinf_values_new(list, k);
+    pthread_rwlock_unlock(&s->lock);
+    free(list);
+    return *out ? KINF_OK : KINF_ENOMEM;
+}
+
+unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len)
+{
+    unsigned long n;
+    pthread_rwlock_rdlock(&s->lock);
+    n = s->index_errors;
+    kinf_errmsg(buf, len, "%s", s->last_index_error);
+    pthread_rwlock_unlock(&s->lock);
+    return n;
+}

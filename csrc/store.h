@@ -1,0 +1,123 @@
+/*
+ * store.h - the thread-safe indexed store (client-go ThreadSafeStore + Indexer).
+ *
+ * Contract (SEMANTICS.md section 2):
+ * - Items are object records keyed by their key. add == update: store the new record, then move
+ *   the key in every index from the old record's values to the new ones. delete acts only when
+ *   the key exists. replace swaps the whole content and rebuilds every index.
+ * - An index maps a value to the set of keys whose object yields it. Values come from index
+ *   functions (kinf_index_fn) or from the built-in "namespace" index ({metadata.namespace}).
+ *   A value whose key set becomes empty is removed.
+ * - An index function that fails does not fail the write: the object is stored, it is left out of
+ *   that index (its old values there are removed), the failure is counted and its message kept
+ *   (kinf_store_index_errors), and the write returns KINF_EINDEX with the message in errbuf.
+ *
+ * Threads and locks:
+ * - Any thread may read (get, list, by_index, ...): readers take the read lock.
+ * - Writers (add, update, delete, replace, add_indexers) are serialized by `write_mu`, held while
+ *   index functions run; the data lock is taken only to apply a prepared change, so index
+ *   functions run with NO data lock held and may read the store. A write from inside an index
+ *   function (same thread re-entering) is refused with KINF_EBUSY instead of deadlocking.
+ * - Index functions run on the thread that called the write (or kinf_store_index), never on
+ *   another one: the Lua binding relies on this.
+ * - Lock order, for code that holds other locks: FIFO lock -> write_mu -> data lock.
+ *
+ * Memory: every allocation failure leaves the store exactly as it was (writes prepare all
+ * allocations before changing anything) and returns KINF_ENOMEM.
+ *
+ * Ownership: the store holds one reference on each stored record. Writes take their own
+ * reference (the caller keeps its own). Reads return new references (or arrays of them) that the
+ * caller releases with kinf_object_unref / kinf_objects_free. The store itself is reference
+ * counted (a FIFO holds it as known objects): kinf_store_new returns one reference.
+ */
+#ifndef KINF_STORE_H
+#define KINF_STORE_H
+
+#include <stddef.h>
+
+#include "kinf.h"
+#include "object.h"
+
+typedef struct kinf_store kinf_store;
+
+/* A set of index values: n strings, each NUL-terminated, in one allocation. */
+typedef struct kinf_values {
+    size_t n;
+    kinf_str v[];
+} kinf_values;
+
+/* Copies n strings into one allocation; NULL on allocation failure. */
+kinf_values *kinf_values_new(const kinf_str *vals, size_t n);
+void kinf_values_free(kinf_values *vals);
+
+/*
+ * An index function: sets *out to a new kinf_values (or NULL for "no values") and returns
+ * KINF_OK, or returns an error with a message in errbuf. ud is the pointer given at
+ * registration. Called only for plain objects (never tombstones).
+ */
+typedef kinf_err (*kinf_index_fn)(void *ud, kinf_object *obj, kinf_values **out, char *errbuf,
+                                  size_t errlen);
+
+typedef struct kinf_indexer_def {
+    const char *name;
+    kinf_index_fn fn; /* NULL: the built-in namespace index */
+    void *ud;
+} kinf_indexer_def;
+
+#define KINF_NAMESPACE_INDEX "namespace"
+
+/* A store; with_namespace_index registers the built-in "namespace" index. */
+kinf_store *kinf_store_new(int with_namespace_index, kinf_err *err);
+kinf_store *kinf_store_ref(kinf_store *s);
+void kinf_store_unref(kinf_store *s);
+
+/*
+ * Registers indexers and indexes the existing items into them (only into them). A name that
+ * already exists (or appears twice in defs) -> KINF_EEXIST with "indexer conflict: NAME" in
+ * errbuf, and nothing is registered. Index function failures for existing items are counted as
+ * for writes (KINF_EINDEX, indexers registered).
+ */
+kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, size_t n,
+                                 char *errbuf, size_t errlen);
+/* Makes every index function of the store a no-op (values: none). For a binding whose function
+ * data is about to go away while the C store lives on. */
+void kinf_store_detach_index_functions(kinf_store *s);
+
+/*
+ * Add or update obj (a plain object, not a tombstone: KINF_EINVAL). *old_out (if old_out is not
+ * NULL) receives the record it replaced, as a reference the caller releases, or NULL.
+ */
+kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, char *errbuf,
+                        size_t errlen);
+/* Delete by key; *old_out receives the removed record (or NULL when the key was absent). */
+kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_object **old_out);
+/* Replace the whole content with objs[0..n) (later duplicates of a key win). */
+kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, char *errbuf,
+                            size_t errlen);
+
+/* Reads. get returns a new reference or NULL. */
+kinf_object *kinf_store_get(kinf_store *s, const char *key, size_t len);
+size_t kinf_store_len(kinf_store *s);
+/* Arrays of new references; free with kinf_objects_free. */
+kinf_err kinf_store_list(kinf_store *s, kinf_object ***out, size_t *n);
+/* Objects whose values in `index` include value. Unknown index: KINF_ENOTFOUND. */
+kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value, size_t len,
+                             kinf_object ***out, size_t *n);
+/* As by_index, sorted by key (index_keys). */
+kinf_err kinf_store_index_keys(kinf_store *s, const char *index, const char *value, size_t len,
+                               kinf_object ***out, size_t *n);
+/* Objects sharing at least one value of `index` with obj (deduplicated). Calls the index function
+ * on obj on this thread. Unknown index: KINF_ENOTFOUND; failing function: its error. */
+kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, kinf_object ***out,
+                          size_t *n, char *errbuf, size_t errlen);
+/* The values present in `index` (an unknown index gives an empty set, not an error). *out is
+ * NULL when there are none; free with kinf_values_free. */
+kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out);
+/* Whether `index` exists. */
+int kinf_store_has_index(kinf_store *s, const char *index);
+/* How many index function failures so far; the last message is copied to buf. */
+unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len);
+
+void kinf_objects_free(kinf_object **objs, size_t n);
+
+#endif

@@ -1,0 +1,65 @@
+--- kinformer: Kubernetes informers (client-go tools/cache) for Lua.
+-- This module is the public API; the C core lives in kinformer.core. See docs/api.md.
+local core = require "kinformer.core"
+
+local io_stderr = io.stderr
+local os_date = os.date
+local type, error, tostring, pairs = type, error, tostring, pairs
+
+local _M = {
+  _VERSION = core._VERSION,
+  REQUEUE = core.REQUEUE,          -- return it from a pop process function to requeue the item
+  NAMESPACE_INDEX = "namespace",   -- the built-in index: metadata.namespace
+}
+
+--- kinformer.store{ indexers = { name = fn, ... }, namespace_index = true }
+-- The thread-safe indexed store. fn(obj) returns a list of strings.
+_M.store = core.store
+
+--- kinformer.delta_fifo{ known_objects = store, emit_replaced = false, transform = fn }
+_M.delta_fifo = core.delta_fifo
+
+--- kinformer.key_of(obj) -> "ns/name" | "name" (tombstone: its key); nil, err without metadata.name
+_M.key_of = core.key_of
+
+--- kinformer.split_key(key) -> namespace, name ("" namespace for "name"); nil, err for 2+ slashes
+_M.split_key = core.split_key
+
+--- kinformer.tombstone(key, obj) -> a DeletedFinalStateUnknown { key = key, obj = obj }
+_M.tombstone = core.tombstone
+
+--- kinformer.is_tombstone(x) -> true for a DeletedFinalStateUnknown
+_M.is_tombstone = core.is_tombstone
+
+local LEVELS = { debug = 1, info = 2, warn = 3, error = 4 }
+local threshold = LEVELS.warn -- quiet on success: only warnings and errors by default
+
+local function stderr_logger(level, msg)
+  if (LEVELS[level] or LEVELS.error) >= threshold then
+    io_stderr:write(os_date("!%Y-%m-%dT%H:%M:%SZ"), " kinformer [", level, "] ", msg, "\n")
+  end
+end
+
+--- kinformer.set_logger(fn | nil [, level])
+-- fn(level, message) receives every log line (levels: "debug", "info", "warn", "error").
+-- nil restores the default logger, which writes lines at `level` (default "warn") and above
+-- to stderr. Messages never contain credentials.
+function _M.set_logger(fn, level)
+  if fn ~= nil and type(fn) ~= "function" then
+    error("bad argument #1 to 'set_logger' (function or nil expected, got " .. type(fn) .. ")", 2)
+  end
+  if level ~= nil then
+    if not LEVELS[level] then
+      error("bad argument #2 to 'set_logger' (unknown level '" .. tostring(level) .. "')", 2)
+    end
+    threshold = LEVELS[level]
+  end
+  core.set_logger(fn or stderr_logger)
+end
+
+--- kinformer.log(level, message): log through the current logger.
+_M.log = core.log
+
+core.set_logger(stderr_logger)
+
+return _M
