@@ -3,6 +3,7 @@
 # sanitizers and the busted specs. Fragments in mk/*.mk add sources, tests and targets
 # (CORE_SRC += ..., CTESTS += ..., PHONY targets of their own).
 
+SHELL    := /bin/bash
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 WARN      = -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -19,7 +20,7 @@ CURL_LIBS     := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 CORE_SRC  = csrc/kinf.c csrc/object.c csrc/map.c csrc/store.c csrc/delta_fifo.c
 # The binding: the only files that include lua.h.
 BIND_SRC  = csrc/lua_core.c csrc/lua_store.c csrc/lua_fifo.c
-CTESTS    =
+CTESTS    = map store fifo
 EXTRA_LIBS =
 
 -include mk/*.mk
@@ -57,7 +58,14 @@ deps:
 	@command -v kubectl >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kubernetes-client; }
 
-test: deps all check-sanitize test-spec
+# The whole suite. Output is kept in $(BUILD)/test-*.log and summed up in one closing line.
+test: deps
+	@mkdir -p $(BUILD)
+	@$(MAKE) --no-print-directory all
+	@set -o pipefail 2>/dev/null; rc=0; \
+	$(MAKE) --no-print-directory check-sanitize 2>&1 | tee $(BUILD)/test-c.log || rc=1; \
+	$(MAKE) --no-print-directory test-spec 2>&1 | tee $(BUILD)/test-spec.log || rc=1; \
+	tools/test-summary.sh $(BUILD)/test-c.log $(BUILD)/test-spec.log; exit $$rc
 
 # C unit tests: csrc/test/test_NAME.c for each NAME in CTESTS, linked with the whole core, run
 # under AddressSanitizer+UBSan and under ThreadSanitizer (clang). Each prints "N passed, N failed".
@@ -68,10 +76,10 @@ CTEST_CFLAGS = $(WARN) $(DEFS) -Icsrc
 ASAN_BINS = $(CTESTS:%=$(BUILD)/asan/test_%)
 TSAN_BINS = $(CTESTS:%=$(BUILD)/tsan/test_%)
 
-$(BUILD)/asan/test_%: csrc/test/test_%.c csrc/test/ctest.h $(CORE_SRC) $(CORE_HDR)
+$(BUILD)/asan/test_%: csrc/test/test_%.c $(wildcard csrc/test/*.h) $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
-$(BUILD)/tsan/test_%: csrc/test/test_%.c csrc/test/ctest.h $(CORE_SRC) $(CORE_HDR)
+$(BUILD)/tsan/test_%: csrc/test/test_%.c $(wildcard csrc/test/*.h) $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
 
@@ -82,8 +90,21 @@ check-sanitize: $(ASAN_BINS) $(TSAN_BINS)
 
 test-c: check-sanitize
 
+# Specs run under Lua 5.4; SPEC=spec/x_spec.lua runs one file.
+SPEC ?= spec
 test-spec: all
-	$(BUSTED) --helper=spec/helper.lua spec
+	$(BUSTED) --helper=spec/helper.lua -o utfTerminal $(SPEC)
 
 clean:
 	rm -rf $(BUILD)
+
+# Baseline benchmarks of the core (results table: bench/README.md).
+BENCH_N ?= 100000
+$(BUILD)/bench/fifo_bench: bench/fifo_bench.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(DEFS) -O2 -Icsrc -o $@ $< $(CORE_SRC) $(LIBS)
+bench-core: lua54 $(BUILD)/bench/fifo_bench
+	$(BUILD)/bench/fifo_bench 1000000
+	$(BUILD)/bench/fifo_bench 1000000 1000
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/store_bench.lua $(BENCH_N)
+.PHONY: bench-core

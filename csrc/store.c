@@ -634,6 +634,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
                                  char *errbuf, size_t errlen)
 {
     indexer **fresh = NULL;
+    size_t n_owned = 0;         /* fresh[0..n_owned) were handed to the store */
     kinf_values ***vals = NULL; /* vals[item#][new indexer#] */
     item **items = NULL;
     size_t nitems = 0, old_n;
@@ -728,7 +729,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
     }
     note_index_failure_locked(s, failed, msg);
     pthread_rwlock_unlock(&s->lock);
-    fresh = NULL; /* owned by the store now */
+    n_owned = n; /* the indexers belong to the store now; only the array is ours */
     e = failed ? KINF_EINDEX : KINF_OK;
     if (failed)
         kinf_errmsg(errbuf, errlen, "%s", msg);
@@ -743,7 +744,7 @@ out:
         }
     }
     if (fresh != NULL) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = n_owned; i < n; i++)
             indexer_free(fresh[i]);
     }
     free(fresh);
