@@ -420,6 +420,7 @@ static int l_tombstone(lua_State *L)
     luaL_checkstring(L, 1);
     if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
         kl_argerror(L, 2, "tombstone", "object or nil expected, got %s", luaL_typename(L, 2));
+    lua_settop(L, 2); /* without an obj argument, index 2 would be the new table itself */
     lua_createtable(L, 0, 2);
     lua_pushvalue(L, 1);
     lua_setfield(L, -2, "key");

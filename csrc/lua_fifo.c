@@ -17,6 +17,7 @@
 
 typedef struct lfifo {
     kinf_fifo *fifo; /* one reference; NULL after __gc */
+    int in_process;  /* pop's process function is running (Lua thread only) */
 } lfifo;
 
 static kinf_fifo *check_fifo(lua_State *L)
@@ -30,6 +31,16 @@ static kinf_fifo *check_fifo(lua_State *L)
 static int busy(lua_State *L, const char *fname)
 {
     return luaL_error(L, "kinformer: fifo:%s called from inside pop's process function", fname);
+}
+
+/* For methods whose core call cannot report re-entry (it returns a value, or does nothing
+ * without known objects): refuse them while pop's process function runs. */
+static kinf_fifo *check_idle(lua_State *L, const char *fname)
+{
+    kinf_fifo *f = check_fifo(L);
+    if (((lfifo *)lua_touserdata(L, 1))->in_process)
+        busy(L, fname);
+    return f;
 }
 
 /* Replaces the value at idx with transform(value) when a transform is set. 0 + message pushed
@@ -145,7 +156,7 @@ static int f_replace(lua_State *L)
 
 static int f_resync(lua_State *L)
 {
-    kinf_err err = kinf_fifo_resync(check_fifo(L));
+    kinf_err err = kinf_fifo_resync(check_idle(L, "resync"));
     if (err == KINF_EBUSY)
         return busy(L, "resync");
     if (err != KINF_OK)
@@ -158,6 +169,7 @@ static int f_resync(lua_State *L)
 
 typedef struct pop_ctx {
     lua_State *L;
+    lfifo *lf;
     int process;         /* stack index of the process function */
     int raised;          /* process raised: its error is on the stack */
     const kinf_deltas *deltas;
@@ -181,14 +193,17 @@ static int pop_process(void *ud, const kinf_deltas *deltas, int is_initial)
 {
     pop_ctx *c = ud;
     lua_State *L = c->L;
-    int requeue;
+    int requeue, rc;
 
     c->deltas = deltas;
     c->is_initial = is_initial;
     lua_pushcfunction(L, pop_protected);
     lua_pushlightuserdata(L, c);
     lua_pushvalue(L, c->process);
-    if (lua_pcall(L, 2, 2, 0) != LUA_OK) {
+    c->lf->in_process = 1;
+    rc = lua_pcall(L, 2, 2, 0);
+    c->lf->in_process = 0;
+    if (rc != LUA_OK) {
         c->raised = 1;
         return KINF_EINVAL;
     }
@@ -201,7 +216,7 @@ static int pop_process(void *ud, const kinf_deltas *deltas, int is_initial)
 static int f_pop(lua_State *L)
 {
     kinf_fifo *f = check_fifo(L);
-    pop_ctx c = {L, 2, 0, NULL, 0};
+    pop_ctx c = {L, lua_touserdata(L, 1), 2, 0, NULL, 0};
     double timeout = -1;
     int has_process = !lua_isnoneornil(L, 2);
     kl_guard *g;
@@ -365,25 +380,25 @@ static int f_get(lua_State *L)
 
 static int f_has_synced(lua_State *L)
 {
-    lua_pushboolean(L, kinf_fifo_has_synced(check_fifo(L)));
+    lua_pushboolean(L, kinf_fifo_has_synced(check_idle(L, "has_synced")));
     return 1;
 }
 
 static int f_close(lua_State *L)
 {
-    kinf_fifo_close(check_fifo(L));
+    kinf_fifo_close(check_idle(L, "close"));
     return 0;
 }
 
 static int f_is_closed(lua_State *L)
 {
-    lua_pushboolean(L, kinf_fifo_is_closed(check_fifo(L)));
+    lua_pushboolean(L, kinf_fifo_is_closed(check_idle(L, "is_closed")));
     return 1;
 }
 
 static int f_len(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)kinf_fifo_len(check_fifo(L)));
+    lua_pushinteger(L, (lua_Integer)kinf_fifo_len(check_idle(L, "len")));
     return 1;
 }
 
@@ -431,6 +446,7 @@ int kl_new_fifo(lua_State *L)
     }
     lf = kl_newuserdata(L, sizeof(*lf)); /* 3 */
     lf->fifo = NULL;
+    lf->in_process = 0;
     luaL_setmetatable(L, KL_FIFO_MT);
     lua_pushvalue(L, 2);
     kl_setuservalue(L, 3);

@@ -210,7 +210,7 @@ static int write_result(lua_State *L, const char *fname, kinf_err err, const cha
         (ls)->L = saved_;                \
     } while (0)
 
-static int s_add(lua_State *L)
+static int add_common(lua_State *L, const char *fname)
 {
     lstore *ls = check_store(L, 1);
     char msg[320] = "";
@@ -220,7 +220,7 @@ static int s_add(lua_State *L)
 
     lua_settop(L, 2);
     uv = begin(L); /* 3 */
-    obj = kl_to_object(L, 2, 1, "add", msg, sizeof(msg));
+    obj = kl_to_object(L, 2, 1, fname, msg, sizeof(msg));
     if (obj == NULL)
         return kl_fail(L, KINF_ENOKEY, msg);
     WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
@@ -234,7 +234,17 @@ static int s_add(lua_State *L)
         lua_pushvalue(L, 2);
         kl_rawsetp(L, -2, obj);
     }
-    return write_result(L, "add", err, msg);
+    return write_result(L, fname, err, msg);
+}
+
+static int s_add(lua_State *L)
+{
+    return add_common(L, "add");
+}
+
+static int s_update(lua_State *L)
+{
+    return add_common(L, "update");
 }
 
 static int s_delete(lua_State *L)
@@ -629,7 +639,7 @@ static int s_gc(lua_State *L)
 
 static const luaL_Reg METHODS[] = {
     {"add", s_add},
-    {"update", s_add},
+    {"update", s_update},
     {"delete", s_delete},
     {"replace", s_replace},
     {"get", s_get},
