@@ -478,6 +478,7 @@ static void new_weak_table(lua_State *L, const void *key, const char *mode)
 static const luaL_Reg FUNCS[] = {
     {"store", kl_new_store},
     {"delta_fifo", kl_new_fifo},
+    {"client", kl_new_client},
     {"key_of", l_key_of},
     {"split_key", l_split_key},
     {"tombstone", l_tombstone},
@@ -530,6 +531,7 @@ int luaopen_kinformer_core(lua_State *L)
 
     kl_open_store(L);
     kl_open_fifo(L);
+    kl_open_client(L);
 
     luaL_newlib(L, FUNCS);
     kl_push_requeue(L);

@@ -20,6 +20,12 @@ typedef struct lfifo {
     int in_process;  /* pop's process function is running (Lua thread only) */
 } lfifo;
 
+kinf_fifo *kl_test_fifo(lua_State *L, int idx)
+{
+    lfifo *lf = luaL_testudata(L, idx, KL_FIFO_MT);
+    return lf ? lf->fifo : NULL;
+}
+
 static kinf_fifo *check_fifo(lua_State *L)
 {
     lfifo *lf = luaL_checkudata(L, 1, KL_FIFO_MT);

@@ -72,10 +72,14 @@ int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
 void kl_push_requeue(lua_State *L);
 
 void kl_open_store(lua_State *L);
+void kl_open_client(lua_State *L);
+int kl_new_client(lua_State *L);
 void kl_open_fifo(lua_State *L);
 int kl_new_store(lua_State *L);
 int kl_new_fifo(lua_State *L);
 /* The C store behind the store userdata at idx, or NULL if it is not one (or closed). */
 struct kinf_store *kl_test_store(lua_State *L, int idx);
+/* The C FIFO behind the delta_fifo userdata at idx, or NULL if it is not one. */
+kinf_fifo *kl_test_fifo(lua_State *L, int idx);
 
 #endif

@@ -31,6 +31,48 @@ _M.tombstone = core.tombstone
 --- kinformer.is_tombstone(x) -> true for a DeletedFinalStateUnknown
 _M.is_tombstone = core.is_tombstone
 
+local resources = require "kinformer.resources"
+
+local Client = {}
+Client.__index = Client
+
+--- kinformer.client{ server = URL, token = T, ca_file = path, insecure_skip_tls_verify = false,
+--                    connect_timeout = 10 } -> client | nil, err
+-- A connection to one API server; its list/watch transfers run on one I/O thread of its own,
+-- started by the first reflector that starts. (Configuration from kubeconfig files and from
+-- inside a cluster is not there yet: give server (and token) explicitly.)
+function _M.client(opts)
+  if opts == nil or (type(opts) == "table" and opts.server == nil) then
+    return nil, "no server given: kubeconfig and in-cluster configuration are not implemented "
+      .. "yet; use kinformer.client{ server = URL, token = ... }"
+  end
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'client' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local c, err = core.client(opts)
+  if not c then return nil, err end
+  return setmetatable({ _core = c, server = c:server() }, Client)
+end
+
+--- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
+--                    field_selector = ..., fifo = fifo, watch_list = false,
+--                    strip_managed_fields = true, page_size = 500, ... } -> reflector | nil, err
+-- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
+-- status(), last_sync_resource_version(). See docs/reflector.md.
+function Client:reflector(opts)
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'reflector' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local res, err = resources.resolve(opts)
+  if not res then error("bad argument #1 to 'reflector' (" .. err .. ")", 2) end
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "resource" and k ~= "namespace" and k ~= "api_version" then o[k] = v end
+  end
+  o.path = res.path
+  return self._core:reflector(o)
+end
+
 local LEVELS = { debug = 1, info = 2, warn = 3, error = 4 }
 local threshold = LEVELS.warn -- quiet on success: only warnings and errors by default
 

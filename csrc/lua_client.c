@@ -1,0 +1,326 @@
+/*
+ * lua_client.c - kinformer.core.client{...} and client:reflector{...}: thin over client.c and
+ * reflector.c. Resource names are resolved to paths in Lua (lua/kinformer/init.lua); this file
+ * takes the path as given.
+ *
+ * A reflector userdata keeps its client and FIFO userdata alive through its uservalue. Its
+ * __gc stops it (joining the I/O thread's detach), so a forgotten reflector never keeps
+ * watching; the client's I/O thread ends with the last reference to the client.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "lua_kinf.h"
+#include "reflector.h"
+
+#define CLIENT_MT "kinformer.client"
+#define REFLECTOR_MT "kinformer.reflector"
+
+typedef struct lclient {
+    kinf_client *client;
+} lclient;
+
+typedef struct lreflector {
+    kinf_reflector *r;
+} lreflector;
+
+static const char *opt_string(lua_State *L, int t, const char *key, const char *fname)
+{
+    const char *s;
+    lua_getfield(L, t, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    if (lua_type(L, -1) != LUA_TSTRING)
+        kl_argerror(L, 1, fname, "option '%s' must be a string, got %s", key, luaL_typename(L, -1));
+    s = lua_tostring(L, -1);
+    lua_pop(L, 1); /* still referenced by the options table */
+    return s;
+}
+
+static double opt_number(lua_State *L, int t, const char *key, const char *fname, double min)
+{
+    double v;
+    lua_getfield(L, t, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    if (lua_type(L, -1) != LUA_TNUMBER)
+        kl_argerror(L, 1, fname, "option '%s' must be a number, got %s", key, luaL_typename(L, -1));
+    v = lua_tonumber(L, -1);
+    if (!(v >= min))
+        kl_argerror(L, 1, fname, "option '%s' must be >= %g", key, min);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int opt_bool(lua_State *L, int t, const char *key, const char *fname, int dflt)
+{
+    int v = dflt;
+    lua_getfield(L, t, key);
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            kl_argerror(L, 1, fname, "option '%s' must be a boolean, got %s", key,
+                        luaL_typename(L, -1));
+        v = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Raises for an option not in `known` (NULL-terminated). */
+static void check_known(lua_State *L, int t, const char *const *known, const char *fname)
+{
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+        int ok = 0;
+        if (lua_type(L, -2) == LUA_TSTRING) {
+            for (const char *const *k = known; *k; k++)
+                ok |= strcmp(*k, lua_tostring(L, -2)) == 0;
+        }
+        if (!ok)
+            kl_argerror(L, 1, fname, "unknown option '%s'",
+                        lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
+    }
+}
+
+static int l_client(lua_State *L)
+{
+    static const char *const known[] = {"server", "token", "ca_file", "insecure_skip_tls_verify",
+                                        "connect_timeout", "user_agent", NULL};
+    kinf_client_config cfg;
+    char msg[256];
+    kinf_err err;
+    lclient *lc;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    check_known(L, 1, known, "client");
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.server = opt_string(L, 1, "server", "client");
+    if (cfg.server == NULL)
+        kl_argerror(L, 1, "client", "option 'server' is required");
+    cfg.token = opt_string(L, 1, "token", "client");
+    cfg.ca_file = opt_string(L, 1, "ca_file", "client");
+    cfg.user_agent = opt_string(L, 1, "user_agent", "client");
+    cfg.insecure_skip_tls_verify = opt_bool(L, 1, "insecure_skip_tls_verify", "client", 0);
+    cfg.connect_timeout = opt_number(L, 1, "connect_timeout", "client", 0);
+    lc = lua_newuserdata(L, sizeof(*lc));
+    lc->client = NULL;
+    luaL_setmetatable(L, CLIENT_MT);
+    lc->client = kinf_client_new(&cfg, &err, msg, sizeof(msg));
+    if (lc->client == NULL) {
+        if (err == KINF_EINVAL)
+            return kl_argerror(L, 1, "client", "%s", msg);
+        return kl_fail(L, err, msg);
+    }
+    return 1;
+}
+
+static kinf_client *check_client(lua_State *L)
+{
+    lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
+    if (lc->client == NULL)
+        luaL_error(L, "kinformer: client is closed");
+    return lc->client;
+}
+
+static int c_gc(lua_State *L)
+{
+    lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
+    kinf_client_unref(lc->client);
+    lc->client = NULL;
+    return 0;
+}
+
+static int c_server(lua_State *L)
+{
+    lua_pushstring(L, kinf_client_server(check_client(L)));
+    return 1;
+}
+
+static int c_reflector(lua_State *L)
+{
+    static const char *const known[] = {
+        "path", "fifo", "label_selector", "field_selector", "watch_list", "strip_managed_fields",
+        "page_size", "idle_timeout", "watch_timeout", "backoff_initial", "backoff_max",
+        "max_object_bytes", NULL};
+    kinf_client *client = check_client(L);
+    kinf_reflector_config cfg;
+    kinf_fifo *fifo;
+    lreflector *lr;
+    char msg[256];
+    kinf_err err;
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    check_known(L, 2, known, "reflector");
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.path = opt_string(L, 2, "path", "reflector");
+    if (cfg.path == NULL || cfg.path[0] != '/')
+        kl_argerror(L, 1, "reflector", "option 'path' must be an API path starting with /");
+    lua_getfield(L, 2, "fifo"); /* 3 */
+    fifo = kl_test_fifo(L, 3);
+    if (fifo == NULL)
+        kl_argerror(L, 1, "reflector", "option 'fifo' must be a kinformer.delta_fifo");
+    cfg.label_selector = opt_string(L, 2, "label_selector", "reflector");
+    cfg.field_selector = opt_string(L, 2, "field_selector", "reflector");
+    cfg.watch_list = opt_bool(L, 2, "watch_list", "reflector", 0);
+    cfg.strip_managed_fields = opt_bool(L, 2, "strip_managed_fields", "reflector", 1);
+    cfg.page_size = (size_t)opt_number(L, 2, "page_size", "reflector", 0);
+    cfg.idle_timeout = opt_number(L, 2, "idle_timeout", "reflector", 0);
+    cfg.watch_timeout = opt_number(L, 2, "watch_timeout", "reflector", 0);
+    cfg.backoff_initial = opt_number(L, 2, "backoff_initial", "reflector", 0);
+    cfg.backoff_max = opt_number(L, 2, "backoff_max", "reflector", 0);
+    cfg.max_object_bytes = (size_t)opt_number(L, 2, "max_object_bytes", "reflector", 0);
+
+    lr = kl_newuserdata(L, sizeof(*lr)); /* 4 */
+    lr->r = NULL;
+    luaL_setmetatable(L, REFLECTOR_MT);
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(L, 1);
+    lua_setfield(L, -2, "client");
+    lua_pushvalue(L, 3);
+    lua_setfield(L, -2, "fifo");
+    kl_setuservalue(L, 4);
+    lr->r = kinf_reflector_new(client, fifo, &cfg, &err, msg, sizeof(msg));
+    if (lr->r == NULL)
+        return kl_fail(L, err, msg);
+    return 1;
+}
+
+static kinf_reflector *check_reflector(lua_State *L)
+{
+    lreflector *lr = luaL_checkudata(L, 1, REFLECTOR_MT);
+    if (lr->r == NULL)
+        luaL_error(L, "kinformer: reflector is closed");
+    return lr->r;
+}
+
+static int r_start(lua_State *L)
+{
+    kinf_err err = kinf_reflector_start(check_reflector(L));
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int r_stop(lua_State *L)
+{
+    lreflector *lr = luaL_checkudata(L, 1, REFLECTOR_MT);
+    if (lr->r != NULL)
+        kinf_reflector_stop(lr->r);
+    return 0;
+}
+
+static int r_gc(lua_State *L)
+{
+    lreflector *lr = luaL_checkudata(L, 1, REFLECTOR_MT);
+    kinf_reflector_free(lr->r);
+    lr->r = NULL;
+    return 0;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void set_int(lua_State *L, const char *k, double v)
+{
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static int r_status(lua_State *L)
+{
+    kinf_reflector_status st;
+    double now = mono_now();
+    kinf_reflector_status_get(check_reflector(L), &st);
+    lua_createtable(L, 0, 16);
+    lua_pushboolean(L, st.running);
+    lua_setfield(L, -2, "running");
+    lua_pushboolean(L, st.listed);
+    lua_setfield(L, -2, "listed");
+    lua_pushstring(L, st.phase);
+    lua_setfield(L, -2, "phase");
+    lua_pushstring(L, st.resource_version);
+    lua_setfield(L, -2, "resource_version");
+    if (st.last_error[0]) {
+        lua_pushstring(L, st.last_error);
+        lua_setfield(L, -2, "last_error");
+        set_int(L, "last_error_code", st.last_error_code);
+        if (st.last_error_reason[0]) {
+            lua_pushstring(L, st.last_error_reason);
+            lua_setfield(L, -2, "last_error_reason");
+        }
+        set_num(L, "last_error_age", now - st.last_error_time);
+    }
+    if (st.last_event_time > 0)
+        set_num(L, "last_event_age", now - st.last_event_time);
+    set_int(L, "lists", (double)st.lists);
+    set_int(L, "relists", (double)st.relists);
+    set_int(L, "watches", (double)st.watches);
+    set_int(L, "watch_restarts", (double)st.watch_restarts);
+    set_int(L, "events", (double)st.events);
+    set_int(L, "errors", (double)st.errors);
+    set_int(L, "bytes", (double)st.bytes);
+    return 1;
+}
+
+static int r_last_sync_resource_version(lua_State *L)
+{
+    kinf_reflector_status st;
+    kinf_reflector_status_get(check_reflector(L), &st);
+    lua_pushstring(L, st.resource_version);
+    return 1;
+}
+
+static const luaL_Reg CLIENT_METHODS[] = {
+    {"reflector", c_reflector},
+    {"server", c_server},
+    {NULL, NULL},
+};
+
+static const luaL_Reg REFLECTOR_METHODS[] = {
+    {"start", r_start},
+    {"stop", r_stop},
+    {"close", r_gc},
+    {"status", r_status},
+    {"last_sync_resource_version", r_last_sync_resource_version},
+    {NULL, NULL},
+};
+
+static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc)
+{
+    luaL_newmetatable(L, name);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+}
+
+void kl_open_client(lua_State *L)
+{
+    new_class(L, CLIENT_MT, CLIENT_METHODS, c_gc);
+    new_class(L, REFLECTOR_MT, REFLECTOR_METHODS, r_gc);
+}
+
+int kl_new_client(lua_State *L)
+{
+    return l_client(L);
+}

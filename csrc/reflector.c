@@ -1,0 +1,847 @@
+/*
+ * reflector.c - list + watch into a DeltaFIFO (contract in reflector.h).
+ *
+ * The state machine, all on the client's I/O thread:
+ *
+ *   WAIT(due, next) --due--> LIST page --continue--> LIST page ... --last--> replace --> WATCH
+ *   WATCH --server timeout / dropped after events--> WATCH (same rv, no relist)
+ *   WATCH --ERROR 429, 429 / connection refused on open--> backoff --> WATCH
+ *   WATCH --ERROR 410, other errors, malformed line, very short watch--> backoff --> LIST
+ *   LIST  --410 / "too large resource version"--> LIST at once with resourceVersion=""
+ *   LIST continuation page --410--> one full list (no limit) at the first page's rv
+ *   LIST  --other failure--> backoff --> LIST
+ *
+ * List resourceVersion (relistResourceVersion): "" after a 410/too-large, "0" before the first
+ * list, else the last synced rv. Pages carry limit=page_size when the rv is "" or "0" or the
+ * server paginated before (client-go's pager rules); continuation pages carry no rv.
+ * Backoff: initial 0.8 s, x2 per use, cap 30 s, jitter 1.0 (d + rand*d), reset after 2 minutes
+ * without a use; Retry-After on 429/503 lengthens the wait to at least what the server asked.
+ */
+#include "reflector.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jsonscan.h"
+
+#define ERRBODY_MAX (64 * 1024)
+#define VERY_SHORT_WATCH 1.0
+#define BACKOFF_RESET 120.0
+
+typedef enum { PH_IDLE, PH_WAIT, PH_LIST, PH_WATCH } phase_t;
+typedef enum { NEXT_LIST, NEXT_WATCH } next_t;
+
+struct kinf_reflector {
+    kinf_client *client;
+    kinf_fifo *fifo;
+    char *path, *label_selector, *field_selector;
+    int watch_list, strip;
+    size_t page_size, max_object;
+    double idle_timeout, watch_timeout, backoff_initial, backoff_max;
+
+    pthread_mutex_t mu;
+    kinf_reflector_status st; /* [mu] */
+    int attached;             /* [mu] from the caller's side: start/stop */
+
+    /* Everything below: I/O thread only. */
+    phase_t phase;
+    next_t next;
+    double due;
+    CURL *easy;
+    kinf_scanner *scanner;
+    long http_code;           /* of the transfer in progress, 0 until headers arrive */
+    double retry_after;
+    char *errbody;            /* non-2xx body, bounded */
+    size_t errlen;
+    kinf_err scan_err;        /* first error raised while scanning, or by our callbacks */
+    char scan_msg[300];
+
+    /* list */
+    kinf_object **items;
+    size_t nitems, capitems;
+    char list_rv[256];        /* rv requested by the first page of this list */
+    char page_rv[256];        /* rv the server reported */
+    char *continue_token;
+    int full_list;            /* the continuation expired: one unpaginated list at list_rv */
+    int paginated;            /* the server paginated a list before */
+    int rv_unavailable;       /* next list with resourceVersion="" */
+    int retried_unavailable;  /* the consistent-read retry was already made for this list */
+    char last_rv[256];
+
+    /* watch */
+    double watch_started;
+    unsigned long watch_events;
+    int initial_phase;        /* WatchList: collecting the initial objects */
+    int watch_list_failed;    /* fall back to the paginated list once */
+    kinf_status ev_status;
+    int ev_error;
+
+    /* backoff */
+    double backoff, backoff_used_at;
+    uint64_t rng;
+};
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double rand01(kinf_reflector *r)
+{
+    r->rng ^= r->rng << 13;
+    r->rng ^= r->rng >> 7;
+    r->rng ^= r->rng << 17;
+    return (double)(r->rng >> 11) / (double)(1ULL << 53);
+}
+
+static char *dup_opt(const char *s)
+{
+    return (s && s[0]) ? strdup(s) : NULL;
+}
+
+kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
+                                   const kinf_reflector_config *cfg, kinf_err *err, char *errbuf,
+                                   size_t errlen)
+{
+    kinf_reflector *r;
+    kinf_scan_options so;
+
+    if (client == NULL || fifo == NULL || cfg == NULL || cfg->path == NULL || cfg->path[0] != '/') {
+        kinf_errmsg(errbuf, errlen, "reflector needs a client, a fifo and a path starting with /");
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        goto nomem;
+    if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        free(r);
+        r = NULL;
+        goto nomem;
+    }
+    r->path = strdup(cfg->path);
+    r->label_selector = dup_opt(cfg->label_selector);
+    r->field_selector = dup_opt(cfg->field_selector);
+    if (r->path == NULL || (cfg->label_selector && cfg->label_selector[0] && !r->label_selector) ||
+        (cfg->field_selector && cfg->field_selector[0] && !r->field_selector))
+        goto nomem;
+    r->watch_list = cfg->watch_list;
+    r->strip = cfg->strip_managed_fields;
+    r->page_size = cfg->page_size ? cfg->page_size : 500;
+    r->max_object = cfg->max_object_bytes ? cfg->max_object_bytes : KINF_SCAN_DEFAULT_MAX_OBJECT;
+    r->idle_timeout = cfg->idle_timeout > 0 ? cfg->idle_timeout : 90;
+    r->watch_timeout = cfg->watch_timeout > 0 ? cfg->watch_timeout : 300;
+    r->backoff_initial = cfg->backoff_initial > 0 ? cfg->backoff_initial : 0.8;
+    r->backoff_max = cfg->backoff_max > 0 ? cfg->backoff_max : 30;
+    r->backoff = r->backoff_initial;
+    r->rng = (uint64_t)(uintptr_t)r ^ (uint64_t)(now_mono() * 1e9) ^ 0x9e3779b97f4a7c15ULL;
+    if (r->rng == 0)
+        r->rng = 1;
+    memset(&so, 0, sizeof(so));
+    so.max_object_bytes = r->max_object;
+    r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, err);
+    if (r->scanner == NULL)
+        goto nomem;
+    r->client = kinf_client_ref(client);
+    r->fifo = kinf_fifo_ref(fifo);
+    r->st.phase = "stopped";
+    *err = KINF_OK;
+    return r;
+nomem:
+    if (r != NULL) {
+        free(r->path);
+        free(r->label_selector);
+        free(r->field_selector);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+    }
+    kinf_errmsg(errbuf, errlen, "out of memory");
+    *err = KINF_ENOMEM;
+    return NULL;
+}
+
+/* ---- status (any thread) ---- */
+
+void kinf_reflector_status_get(kinf_reflector *r, kinf_reflector_status *out)
+{
+    pthread_mutex_lock(&r->mu);
+    *out = r->st;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void set_phase(kinf_reflector *r, const char *phase)
+{
+    pthread_mutex_lock(&r->mu);
+    r->st.phase = phase;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void record_error(kinf_reflector *r, int code, const char *reason, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static void record_error(kinf_reflector *r, int code, const char *reason, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&r->mu);
+    va_start(ap, fmt);
+    vsnprintf(r->st.last_error, sizeof(r->st.last_error), fmt, ap);
+    va_end(ap);
+    r->st.last_error_code = code;
+    snprintf(r->st.last_error_reason, sizeof(r->st.last_error_reason), "%s", reason ? reason : "");
+    r->st.last_error_time = now_mono();
+    r->st.errors++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- start / stop ---- */
+
+kinf_err kinf_reflector_start(kinf_reflector *r)
+{
+    kinf_err err = KINF_OK;
+    pthread_mutex_lock(&r->mu);
+    if (!r->attached) {
+        /* The I/O thread does not know r yet: resetting its state here is race-free. */
+        r->phase = PH_WAIT;
+        r->next = NEXT_LIST;
+        r->due = 0;
+        r->st.running = 1;
+        r->st.phase = "listing";
+        r->attached = 1;
+        pthread_mutex_unlock(&r->mu);
+        err = kinf_client_attach(r->client, r);
+        pthread_mutex_lock(&r->mu);
+        if (err != KINF_OK) {
+            r->attached = 0;
+            r->st.running = 0;
+            r->st.phase = "stopped";
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return err;
+}
+
+void kinf_reflector_stop(kinf_reflector *r)
+{
+    int was;
+    pthread_mutex_lock(&r->mu);
+    was = r->attached;
+    r->attached = 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!was)
+        return;
+    kinf_client_detach(r->client, r);
+    pthread_mutex_lock(&r->mu);
+    r->st.running = 0;
+    r->st.phase = "stopped";
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void drop_items(kinf_reflector *r)
+{
+    kinf_objects_free(r->items, r->nitems);
+    r->items = NULL;
+    r->nitems = r->capitems = 0;
+}
+
+void kinf_reflector_free(kinf_reflector *r)
+{
+    if (r == NULL)
+        return;
+    kinf_reflector_stop(r);
+    drop_items(r);
+    free(r->continue_token);
+    free(r->errbody);
+    kinf_scanner_free(r->scanner);
+    kinf_fifo_unref(r->fifo);
+    kinf_client_unref(r->client);
+    free(r->path);
+    free(r->label_selector);
+    free(r->field_selector);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* ---- helpers (I/O thread) ---- */
+
+/* Waits before `next`: the backoff manager's next step, at least retry_after. */
+static void schedule_backoff(kinf_reflector *r, next_t next, double retry_after)
+{
+    double now = now_mono(), d;
+    if (r->backoff_used_at > 0 && now - r->backoff_used_at > BACKOFF_RESET)
+        r->backoff = r->backoff_initial;
+    d = r->backoff;
+    r->backoff = r->backoff * 2 > r->backoff_max ? r->backoff_max : r->backoff * 2;
+    r->backoff_used_at = now;
+    d += rand01(r) * d;
+    if (retry_after > d)
+        d = retry_after > 3600 ? 3600 : retry_after;
+    r->phase = PH_WAIT;
+    r->next = next;
+    r->due = now + d;
+    set_phase(r, "backoff");
+}
+
+static void schedule_now(kinf_reflector *r, next_t next)
+{
+    r->phase = PH_WAIT;
+    r->next = next;
+    r->due = 0;
+}
+
+/* Appends key=percent-encoded(value) to buf. */
+static void add_param(char *buf, size_t cap, const char *key, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(buf);
+    if (n + strlen(key) + 3 >= cap)
+        return;
+    n += (size_t)snprintf(buf + n, cap - n, "%c%s=", strchr(buf, '?') ? '&' : '?', key);
+    for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < cap; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '-' || *p == '_' || *p == '.' || *p == '~') {
+            buf[n++] = (char)*p;
+        } else {
+            buf[n++] = '%';
+            buf[n++] = hex[*p >> 4];
+            buf[n++] = hex[*p & 15];
+        }
+    }
+    buf[n] = '\0';
+}
+
+static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
+{
+    kinf_reflector *r = ud;
+    size_t len = size * nitems;
+    if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
+        r->retry_after = strtod(data + 12, NULL);
+    return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    kinf_reflector *r = ud;
+    size_t len = size * nmemb;
+    kinf_err err;
+
+    if (r->http_code == 0)
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http_code);
+    pthread_mutex_lock(&r->mu);
+    r->st.bytes += len;
+    pthread_mutex_unlock(&r->mu);
+    if (r->http_code < 200 || r->http_code >= 300) {
+        size_t room = ERRBODY_MAX - r->errlen;
+        if (r->errbody == NULL && (r->errbody = malloc(ERRBODY_MAX + 1)) == NULL)
+            return len; /* the status code alone will do */
+        if (len < room)
+            room = len;
+        memcpy(r->errbody + r->errlen, data, room);
+        r->errlen += room;
+        return len;
+    }
+    err = kinf_scanner_feed(r->scanner, data, len);
+    if (err != KINF_OK) {
+        if (r->scan_err == KINF_OK) {
+            r->scan_err = err;
+            if (!r->ev_error)
+                snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
+        }
+        return 0; /* abort the transfer */
+    }
+    return len;
+}
+
+static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_scan_mode mode)
+{
+    char msg[128];
+    CURL *easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
+    if (easy == NULL) {
+        record_error(r, 0, NULL, "%s", msg);
+        return KINF_ENOMEM;
+    }
+    kinf_scanner_reset(r->scanner, mode);
+    r->http_code = 0;
+    r->retry_after = 0;
+    r->errlen = 0;
+    r->scan_err = KINF_OK;
+    r->scan_msg[0] = '\0';
+    r->ev_error = 0;
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, r);
+    /* A transfer that moves no byte for idle_timeout is dead (stalled server, lost peer). */
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)(r->idle_timeout + 0.5));
+    r->easy = easy;
+    if (kinf_client_add(r->client, easy) != KINF_OK) {
+        curl_easy_cleanup(easy);
+        r->easy = NULL;
+        record_error(r, 0, NULL, "cannot start a transfer");
+        return KINF_EIO;
+    }
+    return KINF_OK;
+}
+
+/* ---- list ---- */
+
+static kinf_err on_list_item(void *ud, const kinf_scan_item *item)
+{
+    kinf_reflector *r = ud;
+    kinf_err err;
+    kinf_object *obj;
+
+    if (item->meta.name.len == 0) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "list item #%zu has no metadata.name",
+                 r->nitems + 1);
+        return KINF_ENOKEY;
+    }
+    if (r->nitems == r->capitems) {
+        size_t cap = r->capitems ? r->capitems * 2 : 512;
+        kinf_object **grown = realloc(r->items, cap * sizeof(*grown));
+        if (grown == NULL)
+            return KINF_ENOMEM;
+        r->items = grown;
+        r->capitems = cap;
+    }
+    obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
+    if (obj == NULL)
+        return err;
+    r->items[r->nitems++] = obj;
+    return KINF_OK;
+}
+
+static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end)
+{
+    kinf_reflector *r = ud;
+    if (end->is_status) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "server sent a Status instead of a list: %.200s",
+                 end->status ? end->status->message : "");
+        return KINF_EPARSE;
+    }
+    snprintf(r->page_rv, sizeof(r->page_rv), "%.*s", (int)end->resource_version.len,
+             end->resource_version.ptr);
+    free(r->continue_token);
+    r->continue_token = NULL;
+    if (end->continue_.len) {
+        r->continue_token = malloc(end->continue_.len + 1);
+        if (r->continue_token == NULL)
+            return KINF_ENOMEM;
+        memcpy(r->continue_token, end->continue_.ptr, end->continue_.len);
+        r->continue_token[end->continue_.len] = '\0';
+    }
+    return KINF_OK;
+}
+
+static void add_selectors(kinf_reflector *r, char *q, size_t cap)
+{
+    if (r->label_selector)
+        add_param(q, cap, "labelSelector", r->label_selector);
+    if (r->field_selector)
+        add_param(q, cap, "fieldSelector", r->field_selector);
+}
+
+/* The first page of a list (or the unpaginated fallback). */
+static void start_list(kinf_reflector *r)
+{
+    char q[4096];
+    char limit[32];
+    kinf_scan_options so;
+    const char *rv;
+
+    drop_items(r);
+    free(r->continue_token);
+    r->continue_token = NULL;
+    if (!r->full_list) {
+        rv = r->rv_unavailable ? "" : (r->last_rv[0] ? r->last_rv : "0");
+        snprintf(r->list_rv, sizeof(r->list_rv), "%s", rv);
+    }
+    memset(&so, 0, sizeof(so));
+    so.on_item = on_list_item;
+    so.on_list_end = on_list_end;
+    so.ud = r;
+    so.flags = KINF_SCAN_INJECT_KIND | (r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u);
+    so.max_object_bytes = r->max_object;
+    kinf_scanner_free(r->scanner);
+    {
+        kinf_err err;
+        r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, &err);
+        if (r->scanner == NULL) {
+            record_error(r, 0, NULL, "out of memory");
+            schedule_backoff(r, NEXT_LIST, 0);
+            return;
+        }
+    }
+    snprintf(q, sizeof(q), "%s", r->path);
+    add_selectors(r, q, sizeof(q));
+    if (r->list_rv[0] || r->full_list)
+        add_param(q, sizeof(q), "resourceVersion", r->list_rv);
+    if (!r->full_list &&
+        (r->paginated || r->list_rv[0] == '\0' || strcmp(r->list_rv, "0") == 0)) {
+        snprintf(limit, sizeof(limit), "%zu", r->page_size);
+        add_param(q, sizeof(q), "limit", limit);
+    }
+    r->phase = PH_LIST;
+    set_phase(r, "listing");
+    if (begin_transfer(r, q, KINF_SCAN_LIST) != KINF_OK)
+        schedule_backoff(r, NEXT_LIST, 0);
+}
+
+static void next_page(kinf_reflector *r)
+{
+    char q[12288], limit[32];
+    snprintf(q, sizeof(q), "%s", r->path);
+    add_selectors(r, q, sizeof(q));
+    snprintf(limit, sizeof(limit), "%zu", r->page_size);
+    add_param(q, sizeof(q), "limit", limit);
+    add_param(q, sizeof(q), "continue", r->continue_token);
+    r->paginated = 1;
+    if (begin_transfer(r, q, KINF_SCAN_LIST) != KINF_OK)
+        schedule_backoff(r, NEXT_LIST, 0);
+}
+
+static void start_watch(kinf_reflector *r);
+
+static void list_complete(kinf_reflector *r)
+{
+    kinf_err err = kinf_fifo_replace(r->fifo, r->items, r->nitems, r->page_rv);
+    drop_items(r);
+    if (err != KINF_OK) {
+        record_error(r, 0, NULL, "replacing the queue's content failed: %s", kinf_strerror(err));
+        schedule_backoff(r, NEXT_LIST, 0);
+        return;
+    }
+    snprintf(r->last_rv, sizeof(r->last_rv), "%s", r->page_rv);
+    r->rv_unavailable = 0;
+    r->retried_unavailable = 0;
+    r->full_list = 0;
+    pthread_mutex_lock(&r->mu);
+    if (r->st.lists++ > 0)
+        r->st.relists++;
+    r->st.listed = 1;
+    snprintf(r->st.resource_version, sizeof(r->st.resource_version), "%s", r->last_rv);
+    pthread_mutex_unlock(&r->mu);
+    start_watch(r);
+}
+
+static int is_expired(const kinf_status *s, long code)
+{
+    return code == 410 || strcmp(s->reason, "Expired") == 0 || strcmp(s->reason, "Gone") == 0;
+}
+
+/* Fills st from a non-2xx body (or from the code alone). */
+static void parse_errbody(kinf_reflector *r, kinf_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (r->errbody != NULL && r->errlen > 0)
+        (void)kinf_status_parse(r->errbody, r->errlen, st);
+    if (st->code == 0)
+        st->code = (int)r->http_code;
+}
+
+static void list_done(kinf_reflector *r, CURLcode result)
+{
+    kinf_status st;
+    int continuation = r->continue_token != NULL && !r->full_list && r->nitems > 0;
+
+    if (result != CURLE_OK && r->scan_err == KINF_OK) {
+        record_error(r, 0, NULL, "list %s: %s", r->path, curl_easy_strerror(result));
+        drop_items(r);
+        schedule_backoff(r, NEXT_LIST, 0);
+        return;
+    }
+    if (r->http_code < 200 || r->http_code >= 300) {
+        parse_errbody(r, &st);
+        record_error(r, st.code, st.reason, "list %s: %ld %s", r->path, r->http_code,
+                     st.message[0] ? st.message : "(no message)");
+        if (continuation && is_expired(&st, r->http_code)) {
+            /* pager FullListIfExpired: the snapshot expired between pages. */
+            r->full_list = 1;
+            schedule_now(r, NEXT_LIST);
+        } else if ((is_expired(&st, r->http_code) || st.too_large_resource_version) &&
+                   !r->retried_unavailable) {
+            /* The rv we listed at is gone or not there yet: a consistent read, at once. */
+            r->full_list = 0;
+            r->rv_unavailable = 1;
+            r->retried_unavailable = 1;
+            schedule_now(r, NEXT_LIST);
+        } else {
+            r->full_list = 0;
+            schedule_backoff(r, NEXT_LIST,
+                             (r->http_code == 429 || r->http_code == 503) ? r->retry_after : 0);
+        }
+        drop_items(r);
+        return;
+    }
+    if (r->scan_err == KINF_OK) {
+        kinf_err err = kinf_scanner_finish(r->scanner);
+        if (err != KINF_OK) {
+            r->scan_err = err;
+            if (!r->scan_msg[0])
+                snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
+        }
+    }
+    if (r->scan_err != KINF_OK) {
+        record_error(r, (int)r->http_code, NULL, "list %s: bad response: %s", r->path,
+                     r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
+        drop_items(r);
+        r->full_list = 0;
+        schedule_backoff(r, NEXT_LIST, 0);
+        return;
+    }
+    if (r->continue_token != NULL && !r->full_list) {
+        next_page(r);
+        return;
+    }
+    list_complete(r);
+}
+
+/* ---- watch ---- */
+
+static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
+{
+    kinf_reflector *r = ud;
+    kinf_object *obj;
+    kinf_err err = KINF_OK;
+
+    if (item->type == KINF_EV_ERROR) {
+        (void)kinf_status_parse(item->json, item->json_len, &r->ev_status);
+        r->ev_error = 1;
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "watch error event");
+        return KINF_EIO; /* stop: the watch is over */
+    }
+    if (item->meta.resource_version.len && item->meta.resource_version.len < sizeof(r->last_rv)) {
+        memcpy(r->last_rv, item->meta.resource_version.ptr, item->meta.resource_version.len);
+        r->last_rv[item->meta.resource_version.len] = '\0';
+    }
+    if (item->type == KINF_EV_BOOKMARK) {
+        if (r->initial_phase && item->initial_events_end) {
+            /* WatchList: the initial state is complete. */
+            err = kinf_fifo_replace(r->fifo, r->items, r->nitems, r->last_rv);
+            drop_items(r);
+            r->initial_phase = 0;
+            if (err == KINF_OK) {
+                pthread_mutex_lock(&r->mu);
+                if (r->st.lists++ > 0)
+                    r->st.relists++;
+                r->st.listed = 1;
+                pthread_mutex_unlock(&r->mu);
+            }
+        }
+    } else {
+        if (item->meta.name.len == 0) {
+            snprintf(r->scan_msg, sizeof(r->scan_msg), "%s event object has no metadata.name",
+                     kinf_event_type_name(item->type));
+            return KINF_ENOKEY;
+        }
+        obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
+        if (obj == NULL)
+            return err;
+        if (r->initial_phase && item->type == KINF_EV_ADDED) {
+            if (r->nitems == r->capitems) {
+                size_t cap = r->capitems ? r->capitems * 2 : 512;
+                kinf_object **grown = realloc(r->items, cap * sizeof(*grown));
+                if (grown == NULL) {
+                    kinf_object_unref(obj);
+                    return KINF_ENOMEM;
+                }
+                r->items = grown;
+                r->capitems = cap;
+            }
+            r->items[r->nitems++] = obj;
+            obj = NULL;
+        } else if (item->type == KINF_EV_ADDED) {
+            err = kinf_fifo_add(r->fifo, obj);
+        } else if (item->type == KINF_EV_MODIFIED) {
+            err = kinf_fifo_update(r->fifo, obj);
+        } else {
+            err = kinf_fifo_delete(r->fifo, obj);
+        }
+        kinf_object_unref(obj);
+        if (err != KINF_OK)
+            return err;
+    }
+    r->watch_events++;
+    pthread_mutex_lock(&r->mu);
+    if (item->type != KINF_EV_BOOKMARK)
+        r->st.events++;
+    r->st.last_event_time = now_mono();
+    snprintf(r->st.resource_version, sizeof(r->st.resource_version), "%s", r->last_rv);
+    pthread_mutex_unlock(&r->mu);
+    return KINF_OK;
+}
+
+static void start_watch(kinf_reflector *r)
+{
+    char q[4096], timeout[32];
+    kinf_scan_options so;
+    kinf_err err;
+    int watch_list = r->watch_list && !r->watch_list_failed && !r->st.listed;
+
+    memset(&so, 0, sizeof(so));
+    so.on_item = on_watch_item;
+    so.ud = r;
+    so.flags = r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u;
+    so.max_object_bytes = r->max_object;
+    kinf_scanner_free(r->scanner);
+    r->scanner = kinf_scanner_new(KINF_SCAN_WATCH, &so, &err);
+    if (r->scanner == NULL) {
+        record_error(r, 0, NULL, "out of memory");
+        schedule_backoff(r, NEXT_WATCH, 0);
+        return;
+    }
+    snprintf(q, sizeof(q), "%s", r->path);
+    add_selectors(r, q, sizeof(q));
+    add_param(q, sizeof(q), "watch", "true");
+    if (watch_list) {
+        add_param(q, sizeof(q), "sendInitialEvents", "true");
+        add_param(q, sizeof(q), "resourceVersionMatch", "NotOlderThan");
+        if (r->last_rv[0])
+            add_param(q, sizeof(q), "resourceVersion", r->last_rv);
+    } else {
+        add_param(q, sizeof(q), "resourceVersion", r->last_rv);
+    }
+    add_param(q, sizeof(q), "allowWatchBookmarks", "true");
+    snprintf(timeout, sizeof(timeout), "%ld",
+             (long)(r->watch_timeout + rand01(r) * r->watch_timeout));
+    add_param(q, sizeof(q), "timeoutSeconds", timeout);
+    r->initial_phase = watch_list;
+    drop_items(r);
+    r->watch_started = now_mono();
+    r->watch_events = 0;
+    r->phase = PH_WATCH;
+    pthread_mutex_lock(&r->mu);
+    r->st.watches++;
+    r->st.phase = watch_list ? "listing" : "watching";
+    pthread_mutex_unlock(&r->mu);
+    if (begin_transfer(r, q, KINF_SCAN_WATCH) != KINF_OK)
+        schedule_backoff(r, NEXT_WATCH, 0);
+}
+
+static void watch_restart(kinf_reflector *r, next_t next, int backoff, double retry_after)
+{
+    int was_initial = r->initial_phase;
+    pthread_mutex_lock(&r->mu);
+    r->st.watch_restarts++;
+    pthread_mutex_unlock(&r->mu);
+    drop_items(r);
+    r->initial_phase = 0;
+    if (was_initial && next == NEXT_LIST) {
+        /* WatchList failed before its end bookmark: the paginated list instead. */
+        r->watch_list_failed = 1;
+    }
+    if (backoff)
+        schedule_backoff(r, next, retry_after);
+    else
+        schedule_now(r, next);
+}
+
+static void watch_done(kinf_reflector *r, CURLcode result)
+{
+    double lasted = now_mono() - r->watch_started;
+    kinf_status st;
+
+    if (r->ev_error) {
+        const kinf_status *e = &r->ev_status;
+        record_error(r, e->code, e->reason, "watch %s: error event: %d %s: %s", r->path, e->code,
+                     e->reason, e->message);
+        if (e->code == 429)
+            watch_restart(r, NEXT_WATCH, 1, (double)e->retry_after_seconds);
+        else
+            watch_restart(r, NEXT_LIST, 1, 0); /* 410 included: relist at the last rv */
+        return;
+    }
+    if (r->http_code == 0) {
+        /* No response at all: connection refused, DNS, TLS, connect timeout. */
+        record_error(r, 0, NULL, "watch %s: %s", r->path, curl_easy_strerror(result));
+        watch_restart(r, r->initial_phase ? NEXT_LIST : NEXT_WATCH, 1, 0);
+        return;
+    }
+    if (r->http_code < 200 || r->http_code >= 300) {
+        parse_errbody(r, &st);
+        record_error(r, st.code, st.reason, "watch %s: %ld %s", r->path, r->http_code,
+                     st.message[0] ? st.message : "(no message)");
+        if (r->http_code == 429)
+            watch_restart(r, NEXT_WATCH, 1, r->retry_after);
+        else
+            watch_restart(r, NEXT_LIST, 1, r->http_code == 503 ? r->retry_after : 0);
+        return;
+    }
+    if (r->scan_err != KINF_OK) {
+        /* Malformed event, object too large, or the FIFO refused: relist after backoff. */
+        record_error(r, (int)r->http_code, NULL, "watch %s: bad event: %s", r->path,
+                     r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
+        watch_restart(r, NEXT_LIST, 1, 0);
+        return;
+    }
+    if (result == CURLE_OPERATION_TIMEDOUT) {
+        record_error(r, 0, NULL, "watch %s: no data for %.0f s, reconnecting", r->path,
+                     r->idle_timeout);
+        watch_restart(r, r->initial_phase ? NEXT_LIST : NEXT_WATCH, 1, 0);
+        return;
+    }
+    if (result != CURLE_OK) {
+        /* The connection dropped mid-stream (client-go: probable EOF): resume from the last
+         * rv; a partial last line is discarded. */
+        record_error(r, 0, NULL, "watch %s: connection lost: %s", r->path,
+                     curl_easy_strerror(result));
+    }
+    if (r->initial_phase) {
+        record_error(r, 0, NULL, "watch %s: WatchList ended before its initial-events-end bookmark",
+                     r->path);
+        watch_restart(r, NEXT_LIST, 1, 0);
+        return;
+    }
+    if (lasted < VERY_SHORT_WATCH && r->watch_events == 0) {
+        record_error(r, 0, NULL, "watch %s: very short watch: ended after %.3f s with no event",
+                     r->path, lasted);
+        watch_restart(r, NEXT_LIST, 1, 0);
+        return;
+    }
+    watch_restart(r, NEXT_WATCH, 0, 0);
+}
+
+/* ---- I/O thread entry points ---- */
+
+double kinf_reflector_io_tick(kinf_reflector *r, double now)
+{
+    if (r->phase != PH_WAIT)
+        return now + 1.0;
+    if (now < r->due)
+        return r->due;
+    if (r->next == NEXT_LIST && !(r->watch_list && !r->watch_list_failed && !r->st.listed))
+        start_list(r);
+    else
+        start_watch(r);
+    return now + 1.0;
+}
+
+void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
+{
+    phase_t phase = r->phase;
+    if (r->http_code == 0)
+        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_code);
+    kinf_client_remove(r->client, easy);
+    r->easy = NULL;
+    if (phase == PH_LIST)
+        list_done(r, result);
+    else if (phase == PH_WATCH)
+        watch_done(r, result);
+}
+
+void kinf_reflector_io_detach(kinf_reflector *r)
+{
+    kinf_client_remove(r->client, r->easy);
+    r->easy = NULL;
+    drop_items(r);
+    r->phase = PH_IDLE;
+}
