@@ -136,6 +136,7 @@ struct kinf_scanner {
     int state;
     int str_key;                /* the string being scanned is a key */
     int vtype;                  /* first byte of the slot value being scanned */
+    uint64_t vstart;            /* and its offset (for messages) */
     sink *snk;                  /* where string / number bytes go, or NULL */
     unsigned char carry[16];
     unsigned carry_len;
@@ -206,6 +207,13 @@ static inline int is_ws(unsigned char c)
     /* one compare and a bit test instead of four compares */
     return c <= ' ' && ((1ull << c) & ((1ull << ' ') | (1ull << '\n') | (1ull << '\r') |
                                        (1ull << '\t'))) != 0;
+}
+
+/* The one-character escapes after a backslash. */
+static inline int esc_simple(unsigned char c)
+{
+    return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+           c == 't';
 }
 
 static inline int is_digit(unsigned char c)
@@ -698,6 +706,7 @@ static kinf_err value_begin_hook(kinf_scanner *s, frame *fr, const unsigned char
 {
     unsigned char v = fr->vslot, c = *p;
     s->vtype = c;
+    s->vstart = off_of(s, p);
     if (v < V__SINKS) {
         int num = v >= V_LREMAIN;
         if (num ? (c == '-' || is_digit(c)) : c == '"') {
@@ -766,8 +775,7 @@ static kinf_err value_begin_hook(kinf_scanner *s, frame *fr, const unsigned char
 }
 
 /* A string slot that must not be truncated. */
-static kinf_err meta_string(kinf_scanner *s, unsigned char v, const char *what,
-                            const unsigned char *p)
+static kinf_err meta_string(kinf_scanner *s, unsigned char v, const char *what)
 {
     sink *k = &s->sk[v];
     if (s->vtype != '"') {
@@ -775,7 +783,7 @@ static kinf_err meta_string(kinf_scanner *s, unsigned char v, const char *what,
         return KINF_OK;
     }
     if (k->over)
-        return failf(s, KINF_ETOOBIG, off_of(s, p), "%s is longer than %zu bytes", what, k->cap);
+        return failf(s, KINF_ETOOBIG, s->vstart, "%s is longer than %zu bytes", what, k->cap);
     return KINF_OK;
 }
 
@@ -796,8 +804,8 @@ static kinf_err value_done_hook(kinf_scanner *s, frame *fr, const unsigned char 
         t = s->vtype == '"' ? ev_type_of(&s->sk[V_TYPE]) : -1;
         if (t < 0) {
             if (s->vtype != '"')
-                return failf(s, KINF_EPARSE, off_of(s, p), "watch event \"type\" is not a string");
-            return failf(s, KINF_EPARSE, off_of(s, p), "unknown watch event type \"%.*s%s\"",
+                return failf(s, KINF_EPARSE, s->vstart, "watch event \"type\" is not a string");
+            return failf(s, KINF_EPARSE, s->vstart, "unknown watch event type \"%.*s%s\"",
                          (int)s->sk[V_TYPE].len, s->sk[V_TYPE].buf,
                          s->sk[V_TYPE].over ? "..." : "");
         }
@@ -809,18 +817,18 @@ static kinf_err value_done_hook(kinf_scanner *s, frame *fr, const unsigned char 
         break;
     case V_KIND:
         s->has_kind = 1;
-        return meta_string(s, v, "kind", p);
+        return meta_string(s, v, "kind");
     case V_APIV:
         s->has_av = 1;
-        return meta_string(s, v, "apiVersion", p);
-    case V_NAME: return meta_string(s, v, "metadata.name", p);
-    case V_NS: return meta_string(s, v, "metadata.namespace", p);
-    case V_UID: return meta_string(s, v, "metadata.uid", p);
-    case V_RV: return meta_string(s, v, "metadata.resourceVersion", p);
-    case V_LKIND: return meta_string(s, v, "list kind", p);
-    case V_LAPIV: return meta_string(s, v, "list apiVersion", p);
-    case V_LRV: return meta_string(s, v, "list metadata.resourceVersion", p);
-    case V_LCONT: return meta_string(s, v, "list metadata.continue", p);
+        return meta_string(s, v, "apiVersion");
+    case V_NAME: return meta_string(s, v, "metadata.name");
+    case V_NS: return meta_string(s, v, "metadata.namespace");
+    case V_UID: return meta_string(s, v, "metadata.uid");
+    case V_RV: return meta_string(s, v, "metadata.resourceVersion");
+    case V_LKIND: return meta_string(s, v, "list kind");
+    case V_LAPIV: return meta_string(s, v, "list apiVersion");
+    case V_LRV: return meta_string(s, v, "list metadata.resourceVersion");
+    case V_LCONT: return meta_string(s, v, "list metadata.continue");
     case V_IEE:
         s->iee = s->vtype == '"' && sink_eq(&s->sk[V_IEE], "true");
         break;
@@ -1078,7 +1086,7 @@ static kinf_err scan(kinf_scanner *s, const unsigned char *buf, size_t len)
     case ST_COLON: goto colon;
     case ST_AFTER: goto after;
     case ST_ARR_OPEN: goto arr_open;
-    case ST_STR: goto str_scan;
+    case ST_STR: goto str_resume;
     case ST_STR_ESC: goto str_esc_resume;
     case ST_STR_U8: goto str_u8_resume;
     case ST_NUM_MINUS: goto num_minus;
@@ -1117,11 +1125,14 @@ top:
     goto obj_open;
 
 value:
-    SKIP_WS();
     NEED(ST_VALUE);
     c = *p;
+    if (is_ws(c)) {
+        SKIP_WS();
+        NEED(ST_VALUE);
+        c = *p;
+    }
     nrole = R_NONE;
-    s->snk = NULL;
     if (fr->vslot) {
         CHECK(value_begin_hook(s, fr, p, &cp, &nrole));
         if (nrole == R_OBJ && s->mode == KINF_SCAN_LIST && (size_t)(real_end - p) > s->max)
@@ -1129,14 +1140,19 @@ value:
     }
     if (c == '"') { /* the most common value first */
         p++;
-        s->str_key = 0;
         goto str_scan;
     }
-    switch (c) {
-    case '{':
+    if (c == '{') {
+        /* "{}" is everywhere in managedFields' fieldsV1: no frame for it */
+        if (end - p >= 2 && p[1] == '}' && nrole == R_NONE && s->depth < KINF_SCAN_MAX_DEPTH) {
+            p += 2;
+            goto value_done;
+        }
         PUSH(1, nrole);
         p++;
         goto obj_open;
+    }
+    switch (c) {
     case '[':
         PUSH(0, nrole);
         p++;
@@ -1161,70 +1177,126 @@ value:
         EXPECT("a value");
     }
 
+    /* Structural states test for the expected byte first and skip whitespace only when the
+     * byte is not it: compact JSON (what API servers send) never pays for whitespace. */
 obj_open:
-    SKIP_WS();
     NEED(ST_OBJ_OPEN);
-    if (*p == '}') {
+    c = *p;
+    if (c == '"')
+        goto key_start;
+    if (c == '}') {
         p++;
         goto pop;
     }
-    if (*p == '"')
-        goto key_start;
+    if (is_ws(c)) {
+        SKIP_WS();
+        goto obj_open;
+    }
     EXPECT("'\"' (an object key) or '}'");
 
 obj_next:
-    SKIP_WS();
     NEED(ST_OBJ_NEXT);
-    if (*p != '"')
+    c = *p;
+    if (c != '"') {
+        if (is_ws(c)) {
+            SKIP_WS();
+            goto obj_next;
+        }
         EXPECT("'\"' (an object key)");
+    }
 key_start:
     if (fr->role)
         key_start_hook(s, fr, p, cp);
-    else
-        s->snk = NULL;
     p++;
-    s->str_key = 1;
+    goto key_scan;
+
+    /* Strings: one fast loop for keys and one for values (so the end of a string jumps
+     * straight on); escapes, non-ASCII bytes and chunk ends go to the shared slow path,
+     * which learns from s->str_key which loop to return to. */
+#if defined(__SSE2__) && defined(__GNUC__)
+#define STR_LOOP(QUOTE, KEY)                                                                       \
+    do {                                                                                           \
+        const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\'),                           \
+                      vc = _mm_set1_epi8(0x20);                                                    \
+        while (end - p >= 16) {                                                                    \
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);                         \
+            /* signed compare: < 0x20 catches control bytes and every byte >= 0x80 */             \
+            __m128i xq = _mm_cmpeq_epi8(x, vq);                                                    \
+            unsigned mask = (unsigned)_mm_movemask_epi8(                                           \
+                _mm_or_si128(_mm_or_si128(xq, _mm_cmpeq_epi8(x, vb)), _mm_cmplt_epi8(x, vc)));     \
+            if (mask) {                                                                            \
+                unsigned quotes = (unsigned)_mm_movemask_epi8(xq);                                 \
+                p += __builtin_ctz(mask);                                                          \
+                if ((mask & (0u - mask)) & quotes)                                                 \
+                    goto QUOTE;                                                                    \
+                s->str_key = (KEY);                                                                \
+                goto str_special;                                                                  \
+            }                                                                                      \
+            p += 16;                                                                               \
+        }                                                                                          \
+        while (p < end) {                                                                          \
+            if (str_special_tab[*p]) {                                                             \
+                if (*p == '"')                                                                     \
+                    goto QUOTE;                                                                    \
+                s->str_key = (KEY);                                                                \
+                goto str_special;                                                                  \
+            }                                                                                      \
+            p++;                                                                                   \
+        }                                                                                          \
+        s->str_key = (KEY);                                                                        \
+        goto str_eof;                                                                              \
+    } while (0)
+#else
+#define STR_LOOP(QUOTE, KEY)                                                                       \
+    do {                                                                                           \
+        while (p < end) {                                                                          \
+            if (str_special_tab[*p]) {                                                             \
+                if (*p == '"')                                                                     \
+                    goto QUOTE;                                                                    \
+                s->str_key = (KEY);                                                                \
+                goto str_special;                                                                  \
+            }                                                                                      \
+            p++;                                                                                   \
+        }                                                                                          \
+        s->str_key = (KEY);                                                                        \
+        goto str_eof;                                                                              \
+    } while (0)
+#endif
+
+key_scan:
     q = p;
-    /* fall into the string scanner */
+key_scan_run:
+    STR_LOOP(key_quote, 1);
+key_quote:
+    if (s->snk)
+        sink_add(s->snk, q, (size_t)(p - q));
+    p++;
+    goto key_done;
 
 str_scan:
     q = p;
 str_scan_run:
-#if defined(__SSE2__) && defined(__GNUC__)
-    {
-        const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\'),
-                      vc = _mm_set1_epi8(0x20);
-        while (end - p >= 16) {
-            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-            /* signed compare: < 0x20 catches control bytes and every byte >= 0x80 */
-            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)),
-                                     _mm_cmplt_epi8(x, vc));
-            unsigned mask = (unsigned)_mm_movemask_epi8(m);
-            if (mask) {
-                unsigned quotes = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq));
-                p += __builtin_ctz(mask);
-                if ((mask & (0u - mask)) & quotes)
-                    goto str_quote; /* the common case: the string ends here */
-                goto str_special;
-            }
-            p += 16;
-        }
-    }
-#endif
-    while (p < end) {
-        if (str_special_tab[*p])
-            goto str_special;
-        p++;
-    }
+    STR_LOOP(str_quote, 0);
+str_quote:
+    if (s->snk)
+        sink_add(s->snk, q, (size_t)(p - q));
+    p++;
+    goto value_done;
+
+str_eof:
     if (s->snk)
         sink_add(s->snk, q, (size_t)(p - q));
     s->state = ST_STR;
     goto out;
 
+str_resume: /* after an escape */
+    if (s->str_key)
+        goto key_scan;
+    goto str_scan;
+
 str_special:
     c = *p;
     if (c == '"') {
-str_quote:
         if (s->snk)
             sink_add(s->snk, q, (size_t)(p - q));
         p++;
@@ -1233,6 +1305,13 @@ str_quote:
         goto value_done;
     }
     if (c == '\\') {
+        /* \" \\ \/ \n ... when nothing is captured: stay in the run */
+        if (s->snk == NULL && end - p >= 2 && esc_simple(p[1])) {
+            p += 2;
+            if (s->str_key)
+                goto key_scan_run;
+            goto str_scan_run;
+        }
         if (s->snk)
             sink_add(s->snk, q, (size_t)(p - q));
         n = esc_decode(p, end, u, &ul);
@@ -1240,7 +1319,7 @@ str_quote:
             if (s->snk)
                 sink_add(s->snk, u, (size_t)ul);
             p += n;
-            goto str_scan;
+            goto str_resume;
         }
         if (n == 0) {
             s->carry_len = (unsigned)(end - p);
@@ -1260,6 +1339,8 @@ str_quote:
     n = utf8_seq(p, end);
     if (n > 0) {
         p += n;
+        if (s->str_key)
+            goto key_scan_run;
         goto str_scan_run;
     }
     if (n == 0) {
@@ -1281,7 +1362,7 @@ str_esc_resume:
         if (n > 0) {
             if (s->snk)
                 sink_add(s->snk, u, (size_t)ul);
-            goto str_scan;
+            goto str_resume;
         }
         if (n < 0) {
             failf(s, KINF_EPARSE, off_of(s, p) - s->carry_len,
@@ -1299,7 +1380,7 @@ str_u8_resume:
         if (n > 0) {
             if (s->snk)
                 sink_add(s->snk, s->carry, s->carry_len);
-            goto str_scan;
+            goto str_resume;
         }
         if (n < 0) {
             failf(s, KINF_EPARSE, off_of(s, p) - s->carry_len,
@@ -1314,19 +1395,28 @@ key_done:
     if (fr->role)
         CHECK(key_done_hook(s, fr, p, &cp));
 colon:
-    SKIP_WS();
     NEED(ST_COLON);
-    if (*p != ':')
+    c = *p;
+    if (c != ':') {
+        if (is_ws(c)) {
+            SKIP_WS();
+            goto colon;
+        }
         EXPECT("':' after an object key");
+    }
     p++;
     goto value;
 
 arr_open:
-    SKIP_WS();
     NEED(ST_ARR_OPEN);
-    if (*p == ']') {
+    c = *p;
+    if (c == ']') {
         p++;
         goto pop;
+    }
+    if (is_ws(c)) {
+        SKIP_WS();
+        goto arr_open;
     }
     if (fr->role == R_ITEMS)
         fr->vslot = V_ITEM;
@@ -1421,7 +1511,6 @@ value_done:
     if (fr->role)
         CHECK(value_done_hook(s, fr, p, &cp));
 after:
-    SKIP_WS();
     NEED(ST_AFTER);
     c = *p;
     if (c == ',') {
@@ -1439,6 +1528,10 @@ after:
     if (c == (fr->is_obj ? '}' : ']')) {
         p++;
         goto pop;
+    }
+    if (is_ws(c)) {
+        SKIP_WS();
+        goto after;
     }
     EXPECT(fr->is_obj ? "',' or '}'" : "',' or ']'");
 
@@ -1491,6 +1584,7 @@ fail:
 #undef PUSH
 #undef EXPECT
 #undef CHECK
+#undef STR_LOOP
 }
 
 /* ---- public API ---------------------------------------------------------- */

@@ -760,6 +760,13 @@ static void watch_done(kinf_reflector *r, CURLcode result)
             watch_restart(r, NEXT_LIST, 1, 0); /* 410 included: relist at the last rv */
         return;
     }
+    if (result == CURLE_OPERATION_TIMEDOUT && r->http_code == 0 && r->watch_started > 0 &&
+        now_mono() - r->watch_started >= r->idle_timeout) {
+        record_error(r, 0, NULL, "watch %s: no data for %.0f s (not even headers), reconnecting",
+                     r->path, r->idle_timeout);
+        watch_restart(r, r->initial_phase ? NEXT_LIST : NEXT_WATCH, 1, 0);
+        return;
+    }
     if (r->http_code == 0) {
         /* No response at all: connection refused, DNS, TLS, connect timeout. */
         record_error(r, 0, NULL, "watch %s: %s", r->path, curl_easy_strerror(result));

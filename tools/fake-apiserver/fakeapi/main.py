@@ -1,0 +1,192 @@
+"""Command line, start-up and shutdown of the fake API server."""
+
+import argparse
+import gc
+import json
+import os
+import signal
+import ssl
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+
+from .faults import Faults
+from .generate import Cluster
+from .handler import App, Handler
+from .objects import ApiError
+from .resources import Registry, builtin_types, parse_custom
+from .store import Store
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="server.py", description="A fake Kubernetes API server for tests, demos and "
+        "benchmarks. Prints its URL as the first line of stdout, then serves until killed.")
+    a = p.add_argument
+    a("--port", type=int, default=0, help="port on 127.0.0.1 (0 or absent: a free one)")
+    a("--verbose", action="store_true", help="log requests and faults to stderr")
+    a("--token", help="require Authorization: Bearer TOKEN on every API request")
+    a("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    a("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
+    a("--client-ca", metavar="FILE",
+      help="accept client certificates signed by this CA as authentication (HTTPS only); "
+           "with --client-ca every API request needs a valid certificate or the --token")
+    a("--history", type=int, default=10000, help="write events kept for watches (default 10000)")
+    a("--watch-slack", type=int, default=250000,
+      help="events an open watch may lag behind before it is ended with 410 (default 250000)")
+    a("--continue-ttl", type=float, default=300.0,
+      help="seconds a list continue token stays valid (default 300)")
+    a("--bookmark-interval", type=float, default=1.0,
+      help="seconds between BOOKMARK events on watches that allow them (default 1)")
+    a("--watch-timeout", type=float, default=1800.0,
+      help="end watches without timeoutSeconds after this many seconds (default 1800)")
+    a("--rv-wait", type=float, default=0.0,
+      help="how long a request for a future resourceVersion waits before the 504 "
+           "'Too large resource version' (a real server waits 3 s; default 0)")
+    a("--watch-cache", action="store_true",
+      help="serve resourceVersion=0 lists in one page, ignoring limit, like the watch cache")
+    a("--resource", action="append", default=[], metavar="GROUP/VERSION/PLURAL/KIND[/cluster]",
+      help="serve a custom resource (repeatable)")
+    a("--fault", action="append", default=[], metavar="JSON",
+      help="a fault rule or a JSON list of rules (repeatable)")
+    a("--pods", type=int, default=0, help="generate N realistic pods (~9 KB JSON each)")
+    a("--namespaces", type=int, default=10, help="namespaces for --pods (default 10)")
+    a("--pods-per-deployment", type=int, default=100, help="default 100")
+    a("--sample-cluster", action="store_true",
+      help="a small demo cluster: nodes, namespaces, deployments, pods, services, endpointslices")
+    a("--churn", type=float, default=0.0, metavar="RATE",
+      help="keep creating, updating and deleting pods at about RATE writes/s")
+    a("--seed", type=int, default=1, help="random seed for generated data (default 1)")
+    a("--no-default-namespaces", action="store_true",
+      help="start empty instead of with default, kube-system, kube-public, kube-node-lease")
+    a("--max-requests", type=int, default=100000, help="request log size cap")
+    a("--exit-with-parent", action="store_true",
+      help="exit when the parent process dies (for test helpers)")
+    a("--exit-on-stdin-eof", action="store_true", help="exit when stdin reaches end of file")
+    return p.parse_args(argv)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+    verbose = False
+
+    def handle_error(self, request, client_address):
+        # Clients that vanish mid-request or fail the TLS handshake are normal in tests.
+        if self.verbose:
+            super().handle_error(request, client_address)
+
+
+def wrap_listener(sock, opts):
+    """HTTPS: wrap the listening socket. The handshake runs later in the connection's own
+    thread (Handler.setup), so a slow or broken client cannot block accept()."""
+    if not opts.tls_cert:
+        return sock
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(opts.tls_cert, opts.tls_key)
+    ctx.set_alpn_protocols(["http/1.1"])  # no HTTP/2 here; Go clients fall back to 1.1
+    if opts.client_ca:
+        ctx.load_verify_locations(opts.client_ca)
+        # Optional at the TLS level, like kube-apiserver: a request without a certificate can
+        # still authenticate with the token.
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def _exit_now(*_):
+    # Daemon threads may sit in blocking writes; the kernel closes every socket on exit.
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _watch_parent():
+    ppid = os.getppid()
+    try:  # Linux: get SIGTERM the moment the parent dies.
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def poll():
+        while True:
+            if os.getppid() != ppid:
+                _exit_now()
+            threading.Event().wait(0.5)
+    threading.Thread(target=poll, name="parent-watch", daemon=True).start()
+    if os.getppid() != ppid:
+        _exit_now()
+
+
+def _watch_stdin():
+    def read():
+        try:
+            while sys.stdin.buffer.read(65536):
+                pass
+        finally:
+            _exit_now()
+    threading.Thread(target=read, name="stdin-watch", daemon=True).start()
+
+
+def main(argv=None):
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    if opts.exit_with_parent:
+        _watch_parent()
+    if opts.exit_on_stdin_eof:
+        _watch_stdin()
+    signal.signal(signal.SIGTERM, _exit_now)
+    signal.signal(signal.SIGINT, _exit_now)
+
+    types = builtin_types()
+    try:
+        for spec in opts.resource:
+            types.append(parse_custom(spec))
+        registry = Registry(types)
+    except ValueError as e:
+        print("server.py: %s" % e, file=sys.stderr)
+        return 2
+    store = Store(registry, history=opts.history, watch_slack=opts.watch_slack)
+    faults = Faults()
+    try:
+        for spec in opts.fault:
+            faults.add(json.loads(spec))
+    except (ValueError, ApiError) as e:
+        print("server.py: bad --fault: %s" % e, file=sys.stderr)
+        return 2
+
+    cluster = Cluster(store, seed=opts.seed)
+    if not opts.no_default_namespaces:
+        cluster.ensure_namespaces(["default", "kube-node-lease", "kube-public", "kube-system"])
+    if opts.sample_cluster:
+        cluster.sample_cluster()
+    if opts.pods > 0:
+        cluster.add_pods(opts.pods, opts.namespaces, opts.pods_per_deployment)
+    # Everything generated so far lives as long as the server: keep the cyclic GC off it.
+    gc.collect()
+    gc.freeze()
+
+    app = App(store, faults, opts, cluster)
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    if bool(opts.tls_cert) != bool(opts.tls_key) or (opts.client_ca and not opts.tls_cert):
+        print("server.py: --tls-cert and --tls-key go together; --client-ca needs them",
+              file=sys.stderr)
+        return 2
+    try:
+        httpd = Server(("127.0.0.1", opts.port), handler)
+        httpd.socket = wrap_listener(httpd.socket, opts)
+    except (OSError, ssl.SSLError) as e:
+        print("server.py: cannot listen on 127.0.0.1:%d: %s" % (opts.port, e), file=sys.stderr)
+        return 1
+    httpd.verbose = opts.verbose
+    port = httpd.server_address[1]
+    app.server_address = "127.0.0.1:%d" % port
+    if opts.churn > 0:
+        cluster.set_churn(opts.churn)
+    sys.stdout.write("%s://127.0.0.1:%d\n" % ("https" if opts.tls_cert else "http", port))
+    sys.stdout.flush()
+    app.log("serving %d objects at resourceVersion %d", sum(map(len, store.objects.values())), store.head)
+    try:
+        httpd.serve_forever(poll_interval=0.5)
+    finally:
+        httpd.server_close()
+    return 0

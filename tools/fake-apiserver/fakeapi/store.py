@@ -1,0 +1,432 @@
+"""The state of the fake cluster: objects per resource, one global resourceVersion counter and
+a bounded history of writes (the "watch cache" and the "etcd history" at once).
+
+Rules the rest of the server relies on:
+- Every write bumps `head` by exactly one and appends exactly one Event, so the event with
+  resourceVersion r sits at index r - log_first of `log`: finding "events after N" is an index.
+- `floor` is the newest resourceVersion whose successors are all kept: a watch or an exact
+  read at N works iff N >= floor. It is head - history, or higher after compact().
+- Everything here runs under `lock`; `cond` (same lock) is notified after each write so watch
+  streams wake up. Obj records are immutable, so callers may keep references after unlocking
+  and serialize outside the lock (a 1 GB list must not block writers).
+"""
+
+import collections
+import contextlib
+import gc
+import random
+import re
+import threading
+import time
+import uuid
+
+from .objects import (Event, Obj, already_exists, bad_request, conflict, expired, invalid,
+                      normalize, not_found)
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand alphabet (no vowels, no 0/1/3)
+
+SNAPSHOT_CACHE = 4  # snapshots (resource, rv) kept for paginated lists served at an old rv
+
+
+@contextlib.contextmanager
+def no_gc():
+    """Bulk writes allocate hundreds of thousands of tracked objects; the cyclic GC would
+    traverse the whole (large, acyclic) store again and again meanwhile."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def now_rfc3339():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def random_suffix(rng, n=5):
+    return "".join(rng.choice(_GEN_CHARS) for _ in range(n))
+
+
+class Store:
+    def __init__(self, registry, history=10000, watch_slack=100000):
+        self.registry = registry
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.head = 0
+        self.history = max(0, history)
+        self.compacted = 0
+        self.objects = {rt: {} for rt in registry.types}
+        self._sorted = {}
+        self.last_change = {rt: 0 for rt in registry.types}
+        self.log = []
+        self.log_first = 1
+        self._snapshots = collections.OrderedDict()
+        self.watches = collections.Counter()
+        self.cursors = {}  # open watch -> last rv it read (keeps history it still needs)
+        self.watch_slack = watch_slack
+        self._rng = random.Random()
+
+    # -- history ---------------------------------------------------------------------------
+
+    @property
+    def floor(self):
+        return max(self.compacted, self.head - self.history, 0)
+
+    def _commit_locked(self, rt, type_, obj, prev):
+        """Record a write whose rv (== self.head) is already in obj."""
+        objs = self.objects[rt]
+        if type_ == "DELETED":
+            del objs[obj.key]
+        else:
+            objs[obj.key] = obj
+        if type_ != "MODIFIED":
+            self._sorted.pop(rt, None)
+        self.last_change[rt] = obj.rv
+        self.log.append(Event(obj.rv, rt, type_, obj, prev, time.time()))
+        self._trim_locked()
+
+    def _trim_locked(self):
+        # Trim in batches: deleting from the front of a list is O(n).
+        floor = self.floor
+        drop = floor - self.log_first + 1
+        if drop <= max(1024, self.history // 4) and not (0 < drop > len(self.log) // 2):
+            return
+        if self.cursors:
+            # Open watches may lag behind the history bound (a client reading slower than a
+            # burst of writes): keep what they still need, up to watch_slack events, like the
+            # watch cache's per-watcher buffers. New watches still get 410 below `floor`.
+            keep_after = max(min(min(self.cursors.values()), floor), self.head - self.watch_slack)
+            drop = min(drop, keep_after - self.log_first + 1)
+            if drop <= 1024:
+                return
+        drop = min(drop, len(self.log))
+        del self.log[:drop]
+        self.log_first += drop
+        for k in [k for k in self._snapshots if k[1] < floor]:
+            del self._snapshots[k]
+
+    def events_kept_after(self):
+        """Active watch streams can read events after this rv (may be older than floor)."""
+        return self.log_first - 1
+
+    def set_cursor(self, watch, rv):
+        """Record how far an open watch has read (caller holds the lock); None removes it."""
+        if rv is None:
+            self.cursors.pop(watch, None)
+        else:
+            self.cursors[watch] = rv
+
+    def _done_locked(self):
+        self._trim_locked()
+        self.cond.notify_all()
+
+    def events_after_locked(self, rv, limit=None):
+        """Events with resourceVersion > rv, at most limit (caller checked they are kept)."""
+        i = rv + 1 - self.log_first
+        return self.log[i:i + limit] if limit else self.log[i:]
+
+    def compact(self):
+        """Forget all history: any watch or exact read at an older rv gets 410 from now on."""
+        with self.lock:
+            self.compacted = self.head
+            self._snapshots.clear()
+            self._done_locked()
+            return self.head
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def sorted_keys_locked(self, rt):
+        keys = self._sorted.get(rt)
+        if keys is None:
+            keys = self._sorted[rt] = sorted(self.objects[rt])
+        return keys
+
+    def snapshot_locked(self, rt, rv):
+        """(objects dict, sorted keys) as they were at resourceVersion rv. Raises 410 when the
+        history needed to rebuild that state is gone. The result must not be mutated."""
+        if self.last_change[rt] <= rv:
+            return self.objects[rt], self.sorted_keys_locked(rt)
+        if rv < self.floor:
+            raise expired("The resourceVersion for the provided list is too old.")
+        hit = self._snapshots.get((rt, rv))
+        if hit is not None:
+            self._snapshots.move_to_end((rt, rv))
+            return hit
+        objs = dict(self.objects[rt])
+        for ev in reversed(self.events_after_locked(rv)):
+            if ev.rt is not rt:
+                continue
+            if ev.type == "ADDED":
+                del objs[ev.obj.key]
+            else:
+                objs[ev.obj.key] = ev.prev
+        snap = (objs, sorted(objs))
+        self._snapshots[(rt, rv)] = snap
+        while len(self._snapshots) > SNAPSHOT_CACHE:
+            self._snapshots.popitem(last=False)
+        return snap
+
+    def get(self, rt, ns, name):
+        with self.lock:
+            obj = self.objects[rt].get(ns + "/" + name if ns else name)
+        if obj is None:
+            raise not_found(rt, name)
+        return obj
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _check_body(self, rt, ns, d, name=None):
+        if not isinstance(d, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        if d.get("kind") not in (None, "", rt.kind) or d.get("apiVersion") not in (None, "", rt.api_version):
+            raise bad_request("the API version in the data (%s) does not match the expected API "
+                              "version (%s)" % (d.get("apiVersion"), rt.api_version)
+                              if d.get("apiVersion") not in (None, "", rt.api_version) else
+                              "the kind in the data (%s) does not match the expected kind (%s)"
+                              % (d.get("kind"), rt.kind))
+        md = d.get("metadata")
+        if md is None:
+            md = d["metadata"] = {}
+        if not isinstance(md, dict):
+            raise bad_request("metadata must be an object")
+        if rt.namespaced:
+            if md.get("namespace") and ns and md["namespace"] != ns:
+                raise bad_request("the namespace of the provided object does not match the "
+                                  "namespace sent on the request")
+            if ns:
+                md["namespace"] = ns
+            elif not md.get("namespace"):
+                md["namespace"] = "default"
+        else:
+            md.pop("namespace", None)
+        if name is not None and md.get("name") not in (None, name):
+            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                              % (md.get("name"), name))
+        return md
+
+    def _check_name(self, rt, name):
+        if not name:
+            raise invalid(rt.kind, "", [("metadata.name", "Required value: name or generateName "
+                                         "is required")], rt.group)
+        if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+            raise invalid(rt.kind, name, [("metadata.name", 'Invalid value: "%s": a lowercase RFC '
+                                           "1123 subdomain must consist of lower case alphanumeric "
+                                           "characters, '-' or '.', and must start and end with an "
+                                           "alphanumeric character" % name)], rt.group)
+
+    def create(self, rt, ns, d):
+        md = self._check_body(rt, ns, d)
+        with self.lock:
+            if not md.get("name") and md.get("generateName"):
+                md["name"] = md["generateName"] + random_suffix(self._rng)
+            self._check_name(rt, md.get("name"))
+            key = md["namespace"] + "/" + md["name"] if rt.namespaced else md["name"]
+            if key in self.objects[rt]:
+                raise already_exists(rt, md["name"])
+            self.head += 1
+            md["uid"] = str(uuid.uuid4())
+            md["resourceVersion"] = str(self.head)
+            md["creationTimestamp"] = now_rfc3339()
+            if "spec" in d:  # only objects with a spec have a generation (not ConfigMaps)
+                md["generation"] = 1
+            else:
+                md.pop("generation", None)
+            md.pop("deletionTimestamp", None)
+            md.pop("selfLink", None)
+            if rt.kind == "Pod" and "status" not in d:
+                d["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj = Obj.from_dict(rt, d)
+            self._commit_locked(rt, "ADDED", obj, None)
+            self._done_locked()
+            return obj
+
+    def update(self, rt, ns, name, d, subresource=None):
+        """PUT. Optimistic concurrency on metadata.resourceVersion (stale -> 409 Conflict);
+        no resourceVersion -> unconditional. A no-op update returns the object unchanged with no
+        new resourceVersion and no event, as the real API server does."""
+        md = self._check_body(rt, ns, d, name)
+        with self.lock:
+            cur = self.objects[rt].get(ns + "/" + name if ns else name)
+            if cur is None:
+                raise not_found(rt, name)
+            return self._update_locked(rt, cur, d, subresource)
+
+    def _update_locked(self, rt, cur, d, subresource):
+        md = d["metadata"]
+        want_rv = md.get("resourceVersion")
+        if want_rv not in (None, "") and str(want_rv) != str(cur.rv):
+            raise conflict(rt, cur.name)
+        if md.get("uid") not in (None, "") and md["uid"] != cur.uid:
+            raise conflict(rt, cur.name, "Precondition failed: UID in precondition: %s, UID in "
+                           "object meta: %s" % (cur.uid, md["uid"]))
+        old = cur.to_dict()
+        if subresource == "status":
+            new = dict(old)
+            if "status" in d:
+                new["status"] = d["status"]
+            else:
+                new.pop("status", None)
+        else:
+            new = {k: v for k, v in d.items() if k not in ("kind", "apiVersion")}
+            if rt.status_subresource:
+                # The main resource ignores status changes (they go through /status).
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+            nmd = new["metadata"] = dict(md)
+            omd = old["metadata"]
+            for k in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+                if k in omd:
+                    nmd[k] = omd[k]
+                else:
+                    nmd.pop(k, None)
+            spec_changed = ({k: v for k, v in new.items() if k not in ("metadata", "status")}
+                            != {k: v for k, v in old.items() if k not in ("metadata", "status")})
+            if spec_changed and "generation" in omd:
+                nmd["generation"] = omd["generation"] + 1
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if normalize(new) == normalize(old):
+            return cur
+        self.head += 1
+        new["metadata"]["resourceVersion"] = str(self.head)
+        obj = Obj.from_dict(rt, new)
+        self._commit_locked(rt, "MODIFIED", obj, cur)
+        self._done_locked()
+        return obj
+
+    def modify(self, rt, ns, name, fn, subresource=None):
+        """Read-modify-write under the lock: fn(dict) edits the object in place (PATCH, and
+        the churn generator). Conflicts on a resourceVersion fn leaves in the dict."""
+        with self.lock:
+            cur = self.objects[rt].get(ns + "/" + name if ns else name)
+            if cur is None:
+                raise not_found(rt, name)
+            d = cur.to_dict()
+            d["metadata"].pop("resourceVersion", None)
+            d = fn(d)
+            if not isinstance(d, dict) or not isinstance(d.get("metadata"), dict):
+                raise bad_request("the patched object is not a valid object")
+            md = d["metadata"]
+            if md.get("name", name) != name or (rt.namespaced and md.get("namespace", ns) != ns):
+                raise bad_request("the name or namespace of the object cannot be changed by a patch")
+            md["name"] = name
+            if rt.namespaced:
+                md["namespace"] = ns
+            return self._update_locked(rt, cur, d, subresource)
+
+    def delete(self, rt, ns, name, preconditions=None):
+        with self.lock:
+            key = ns + "/" + name if ns else name
+            cur = self.objects[rt].get(key)
+            if cur is None:
+                raise not_found(rt, name)
+            pre = preconditions or {}
+            if pre.get("resourceVersion") not in (None, "") and str(pre["resourceVersion"]) != str(cur.rv):
+                raise conflict(rt, name, "Precondition failed: ResourceVersion in precondition: "
+                               "%s, ResourceVersion in object meta: %s"
+                               % (pre["resourceVersion"], cur.rv))
+            if pre.get("uid") not in (None, "") and pre["uid"] != cur.uid:
+                raise conflict(rt, name, "Precondition failed: UID in precondition: %s, UID in "
+                               "object meta: %s" % (pre["uid"], cur.uid))
+            self.head += 1
+            obj = cur.with_rv(self.head)
+            self._commit_locked(rt, "DELETED", obj, cur)
+            self._done_locked()
+            return obj
+
+    # -- fast paths for the control endpoints and the generators ----------------------------
+
+    def put_objects(self, items):
+        """Bulk create-or-replace of (rt, dict) pairs, one event each, no validation beyond
+        the essentials. Returns (created, updated)."""
+        created = updated = 0
+        stamp = now_rfc3339()
+        with self.lock, no_gc():
+            for rt, d in items:
+                md = d.setdefault("metadata", {})
+                name = md.get("name")
+                if not name:
+                    raise bad_request("every object needs metadata.name")
+                if rt.namespaced:
+                    md["namespace"] = md.get("namespace") or "default"
+                    key = md["namespace"] + "/" + name
+                else:
+                    md.pop("namespace", None)
+                    key = name
+                cur = self.objects[rt].get(key)
+                self.head += 1
+                md["resourceVersion"] = str(self.head)
+                if cur is not None:
+                    md["uid"] = cur.uid
+                else:
+                    md.setdefault("uid", str(uuid.uuid4()))
+                md.setdefault("creationTimestamp", stamp)
+                obj = Obj.from_dict(rt, d)
+                self._commit_locked(rt, "MODIFIED" if cur else "ADDED", obj, cur)
+                if cur is None:
+                    created += 1
+                else:
+                    updated += 1
+            self._done_locked()
+        return created, updated
+
+    def insert_built(self, rt, count, build):
+        """Generator fast path: build(i, rv) -> Obj for i in range(count), each at its own rv."""
+        with self.lock, no_gc():
+            for i in range(count):
+                self.head += 1
+                obj = build(i, self.head)
+                prev = self.objects[rt].get(obj.key)
+                self._commit_locked(rt, "MODIFIED" if prev else "ADDED", obj, prev)
+            self._done_locked()
+
+    def touch(self, rt, count, ns=None, pred=None, batch=2000, offset=0):
+        """count MODIFIED events over existing objects (round robin in key order, starting at
+        offset): only the resourceVersion and the touched-at annotation change (Obj.touched
+        splices them, no copy of the object), so this runs at a few hundred thousand events/s.
+        The lock and the GIL are released between batches so open watch streams deliver while
+        a big touch is still running. Returns (first rv, last rv, n)."""
+        with self.lock:
+            objs = self.objects[rt]
+            keys = [k for k in self.sorted_keys_locked(rt)
+                    if (not ns or objs[k].ns == ns) and (pred is None or pred(objs[k]))]
+        if not keys or count <= 0:
+            return None, None, 0
+        done, first, last, nkeys = 0, None, None, len(keys)
+        while done < count:
+            n = min(batch, count - done)
+            with self.lock, no_gc():
+                if first is None:
+                    first = self.head + 1
+                now = time.time()
+                stamp = "%.6f" % now
+                head, log, get = self.head, self.log, objs.get
+                for i in range(offset + done, offset + done + n):
+                    cur = get(keys[i % nkeys])
+                    if cur is None:
+                        continue  # deleted meanwhile
+                    head += 1
+                    obj = cur.touched(head, stamp)
+                    objs[obj.key] = obj
+                    log.append(Event(head, rt, "MODIFIED", obj, cur, now))
+                self.head = last = head
+                self.last_change[rt] = head
+                self._done_locked()
+            done += n
+            time.sleep(0)  # hand the GIL to the watch threads
+        return first, last, count
+
+    def watch_started(self, rt):
+        with self.lock:
+            self.watches[rt.name] += 1
+
+    def watch_ended(self, rt):
+        with self.lock:
+            self.watches[rt.name] -= 1
+            if self.watches[rt.name] <= 0:
+                del self.watches[rt.name]
+
