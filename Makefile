@@ -108,3 +108,8 @@ bench-core: lua54 $(BUILD)/bench/fifo_bench
 	$(BUILD)/bench/fifo_bench 1000000 1000
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/store_bench.lua $(BENCH_N)
 .PHONY: bench-core
+bench-reflector: lua54
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/reflector_bench.lua $(BENCH_PODS) $(BENCH_EVENTS)
+BENCH_PODS ?= 100000
+BENCH_EVENTS ?= 200000
+.PHONY: bench-reflector

@@ -1,0 +1,108 @@
+-- Reflector throughput against the fake API server on loopback, next to the floor measured in
+-- the same run: `curl -s -o /dev/null` of the same list, and a raw socket reader of the same
+-- watch stream (tools/fake-apiserver/watch_rate.py).
+--
+--   make bench-reflector            (100k pods, 200k events)
+--   LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/lua5.4/?.so;;' \
+--     lua5.4 bench/reflector_bench.lua [pods] [events]
+--
+-- Each kinformer measurement runs in a fresh process (peak RSS is per process).
+local gettime = require("socket").gettime
+local sleep = require("socket").sleep
+
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local function peak_rss_mb()
+  for line in io.lines("/proc/self/status") do
+    local kb = line:match("^VmHWM:%s+(%d+)")
+    if kb then return tonumber(kb) / 1024 end
+  end
+end
+
+-- Child mode: one kinformer measurement against URL, printing one result line.
+if arg[1] == "--child" then
+  local kinformer = require "kinformer"
+  local mode, url, n = arg[2], arg[3], tonumber(arg[4])
+  local fifo = kinformer.delta_fifo()
+  local client = assert(kinformer.client{ server = url })
+  local opts = { resource = "pods", fifo = fifo, strip_managed_fields = mode ~= "list-keep" }
+  if mode == "list-onepage" then opts.page_size = 1000000 end
+  local r = client:reflector(opts)
+  local t0 = gettime()
+  assert(r:start())
+  while not r:status().listed do sleep(0.002) end
+  local dt = gettime() - t0
+  local st = r:status()
+  if mode:match("^list") then
+    io.write(string.format("%s %.3f %d %.1f\n", mode, dt, st.bytes, peak_rss_mb()))
+  else -- watch: n MODIFIED events after the sync
+    while st.phase ~= "watching" do sleep(0.002) st = r:status() end
+    local body = string.format('{"resource":"pods","count":%d}', n)
+    local t1 = gettime()
+    sh(string.format("curl -s -o /dev/null -X POST -H 'Content-Type: application/json' -d '%s' %s/_fake/modify &", body, url))
+    while r:status().events < n do sleep(0.002) end
+    local dt2 = gettime() - t1
+    io.write(string.format("watch %.3f %d %.1f\n", dt2, r:status().events, peak_rss_mb()))
+  end
+  r:stop()
+  os.exit(0)
+end
+
+local PODS = tonumber(arg[1]) or 100000
+local EVENTS = tonumber(arg[2]) or 200000
+local self = arg[0]
+local lua = "lua5.4"
+
+local p = io.popen(("sh -c 'echo $$; exec python3 tools/fake-apiserver/server.py --port 0 --pods %d "
+  .. "--history %d --exit-with-parent 2>/dev/null'"):format(PODS, EVENTS + 1000))
+local pid = p:read("l")
+local url = p:read("l")
+assert(url and url:match("^http://"), "fake server did not start")
+
+local function child(mode, n)
+  local line = sh(("%s %s --child %s %s %d"):format(lua, self, mode, url, n or 0))
+  local fields = {}
+  for w in line:gmatch("%S+") do fields[#fields + 1] = w end
+  return fields
+end
+
+print(("reflector benchmark: %d pods, %d watch events, fake API server on loopback, %s"):format(
+  PODS, EVENTS, os.date("!%Y-%m-%d")))
+local curl = sh(("curl -s -o /dev/null -w '%%{time_total} %%{size_download}' '%s/api/v1/pods'"):format(url))
+local ct, cbytes = curl:match("(%S+) (%S+)")
+ct, cbytes = tonumber(ct), tonumber(cbytes)
+print("| list of " .. PODS .. " pods | s | objects/s | MB/s | peak RSS MB |")
+print("|---|---:|---:|---:|---:|")
+print(("| curl -s -o /dev/null (one response, %.0f MB) | %.3f | %.0f | %.0f | - |"):format(
+  cbytes / 1e6, ct, PODS / ct, cbytes / 1e6 / ct))
+for _, mode in ipairs{ "list-onepage", "list", "list-keep" } do
+  local f = child(mode)
+  local dt, bytes, rss = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  local label = ({ ["list-onepage"] = "kinformer, one page, managedFields stripped",
+                   list = "kinformer, pages of 500 (default), stripped",
+                   ["list-keep"] = "kinformer, pages of 500, managedFields kept" })[mode]
+  print(("| %s | %.3f | %.0f | %.0f | %.0f |"):format(label, dt, PODS / dt, bytes / 1e6 / dt, rss))
+end
+
+-- Watch: the floor reads the same kind of stream with a raw socket.
+local head = sh(("curl -s %s/_fake/info"):format(url)):match('"resourceVersion": *"(%d+)"')
+local floor_cmd = ("python3 tools/fake-apiserver/watch_rate.py %s '/api/v1/pods?watch=true&resourceVersion=%s' %d"):format(url, head, EVENTS)
+local fp = io.popen(floor_cmd)
+sleep(0.5)
+sh(("curl -s -o /dev/null -X POST -H 'Content-Type: application/json' -d '{\"resource\":\"pods\",\"count\":%d}' %s/_fake/modify"):format(EVENTS, url))
+local floor = fp:read("a")
+fp:close()
+print()
+print("| " .. EVENTS .. " MODIFIED events (server generates them live) | s | events/s | peak RSS MB |")
+print("|---|---:|---:|---:|")
+print("| raw socket reader (watch_rate.py): " .. floor:gsub("\n", " ") .. " | | | |")
+local f = child("watch", EVENTS)
+print(("| kinformer reflector -> DeltaFIFO | %.3f | %.0f | %.0f |"):format(
+  tonumber(f[2]), EVENTS / tonumber(f[2]), tonumber(f[4])))
+os.execute("kill " .. pid)
+p:close()
