@@ -108,7 +108,7 @@ function Server:request(method, path, body, headers)
   return code, okj and decoded or raw, rh, raw
 end
 
--- A control-endpoint call that must succeed: returns the decoded body.
+--- srv:control(method, path, body) -> decoded body of a control call; raises unless 200.
 function Server:control(method, path, body)
   local code, decoded, _, raw = self:request(method, path, body)
   if code ~= 200 then
@@ -138,13 +138,15 @@ function Server:objects(list, resource)
 end
 
 --- srv:modify(resource, count[, opts]) -> {modified, first_resourceVersion, ...}
--- opts: namespace, label_selector, rate (events/s, runs in the background)
+-- opts: namespace, label_selector, rate (events/s, runs in the background), hold (prepare
+-- the events without publishing them; srv:release() publishes them as one burst)
 function Server:modify(resource, count, opts)
   local body = { resource = resource, count = count }
   for k, v in pairs(opts or {}) do body[k] = v end
   return self:control("POST", "/_fake/modify", body)
 end
 
+function Server:release() return self:control("POST", "/_fake/release") end
 function Server:compact() return self:control("POST", "/_fake/compact") end
 function Server:watches() return self:control("GET", "/_fake/watches") end
 function Server:info() return self:control("GET", "/_fake/info") end

@@ -51,7 +51,9 @@ class Rule:
         params = {k: spec[k] for k in _PARAMS if k in spec}
         if isinstance(action, dict):
             params.update({k: v for k, v in action.items() if k != "type"})
-            kind = action.get("type") or ("status" if "status" in action or "code" in action else None)
+            kind = action.get("type")
+            if kind is None and ("status" in action or "code" in action):
+                kind = "status"
         else:
             kind = action
         if kind is None and "status" in params:

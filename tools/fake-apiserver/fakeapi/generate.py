@@ -86,14 +86,16 @@ class Deployment:
         self.replicas = replicas
         self.hash = random_suffix(rng, 10)
         self.rs_name = "%s-%s" % (name, self.hash)
-        self.uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        self.rs_uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        self.svc_uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        self.uid, self.rs_uid, self.svc_uid = (str(uuid.UUID(int=rng.getrandbits(128), version=4))
+                                               for _ in range(3))
         self.base_time = base_time
-        self.image = "registry.example.com/%s/%s:1.%d.%d" % (ns, name, rng.randrange(30), rng.randrange(10))
+        self.image = "registry.example.com/%s/%s:1.%d.%d" % (ns, name, rng.randrange(30),
+                                                             rng.randrange(10))
+        self.image_id = "%s@sha256:%064x" % (self.image.rsplit(":", 1)[0], rng.getrandbits(256))
         self.port = 8080
         self.labels = {"app": name, "pod-template-hash": self.hash,
-                       "app.kubernetes.io/name": name, "tier": rng.choice(["web", "backend", "worker"])}
+                       "app.kubernetes.io/name": name,
+                       "tier": rng.choice(["web", "backend", "worker"])}
         self._stamps = {}
         self._fields = {"metadata.name": "", "metadata.namespace": ns, "spec.nodeName": "",
                         "spec.restartPolicy": "Always", "spec.schedulerName": "default-scheduler",
@@ -108,98 +110,128 @@ class Deployment:
 
     # -- the pod ---------------------------------------------------------------------------
 
-    def _containers(self):
-        env = [{"name": "APP_NAME", "value": self.name},
-               {"name": "APP_ENV", "value": "production"},
-               {"name": "LOG_LEVEL", "value": "info"},
-               {"name": "METRICS_PORT", "value": "9090"},
-               {"name": "HTTP_PORT", "value": str(self.port)},
-               {"name": "DATABASE_URL", "value": "postgres://%s-db.%s.svc.cluster.local:5432/%s" % (self.name, self.ns, self.name)},
-               {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring.svc:4317"},
-               {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
-               {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
-               {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": self.name + "-secrets", "key": "api-token"}}}]
-        probe = {"failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1,
-                 "timeoutSeconds": 1}
-        app = {"name": self.name, "image": self.image,
-               "ports": [{"name": "http", "containerPort": self.port, "protocol": "TCP"},
-                         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
-               "env": env,
-               "resources": {"limits": {"cpu": "1", "memory": "512Mi"},
-                             "requests": {"cpu": "100m", "memory": "128Mi"}},
-               "volumeMounts": [{"name": "config", "mountPath": "/etc/%s" % self.name, "readOnly": True},
-                                {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
-               "livenessProbe": dict(probe, httpGet={"path": "/healthz", "port": "http", "scheme": "HTTP"}, initialDelaySeconds=10),
-               "readinessProbe": dict(probe, httpGet={"path": "/ready", "port": "http", "scheme": "HTTP"}),
-               "terminationMessagePath": "/dev/termination-log",
-               "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
-               "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                   "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}
-        return [app]
+    def _container(self):
+        def env(name, value):
+            return {"name": name, "value": value}
 
-    def _pod(self, ready):
-        containers = self._containers()
-        spec = {
-            "volumes": [{"name": "config", "configMap": {"name": self.name + "-config", "defaultMode": 420}},
-                        {"name": "kube-api-access", "projected": {"sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}],
-                            "defaultMode": 420}}],
-            "containers": containers,
+        def env_from(name, kind, ref):
+            return {"name": name, "valueFrom": {kind: ref}}
+
+        def probe(path, **extra):
+            return dict({"httpGet": {"path": path, "port": "http", "scheme": "HTTP"},
+                         "failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1,
+                         "timeoutSeconds": 1}, **extra)
+
+        field = {"apiVersion": "v1", "fieldPath": "metadata.name"}
+        return {
+            "name": self.name, "image": self.image,
+            "ports": [{"name": "http", "containerPort": self.port, "protocol": "TCP"},
+                      {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+            "env": [env("APP_NAME", self.name), env("APP_ENV", "production"),
+                    env("LOG_LEVEL", "info"), env("METRICS_PORT", "9090"),
+                    env("HTTP_PORT", str(self.port)),
+                    env("DATABASE_URL", "postgres://%s-db.%s.svc.cluster.local:5432/%s"
+                        % (self.name, self.ns, self.name)),
+                    env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.monitoring.svc:4317"),
+                    env_from("POD_NAME", "fieldRef", field),
+                    env_from("POD_NAMESPACE", "fieldRef",
+                             dict(field, fieldPath="metadata.namespace")),
+                    env_from("API_TOKEN", "secretKeyRef",
+                             {"name": self.name + "-secrets", "key": "api-token"})],
+            "resources": {"limits": {"cpu": "1", "memory": "512Mi"},
+                          "requests": {"cpu": "100m", "memory": "128Mi"}},
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/" + self.name, "readOnly": True},
+                             {"name": "kube-api-access", "readOnly": True,
+                              "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+            "livenessProbe": probe("/healthz", initialDelaySeconds=10),
+            "readinessProbe": probe("/ready"),
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}
+
+    def _spec(self):
+        def toleration(key):
+            return {"key": key, "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 300}
+
+        token_sources = [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]
+        return {
+            "volumes": [{"name": "config",
+                         "configMap": {"name": self.name + "-config", "defaultMode": 420}},
+                        {"name": "kube-api-access",
+                         "projected": {"sources": token_sources, "defaultMode": 420}}],
+            "containers": [self._container()],
             "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
             "dnsPolicy": "ClusterFirst", "serviceAccountName": self.name,
             "serviceAccount": self.name, "nodeName": "@@NODE@@",
             "securityContext": {"fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}},
             "schedulerName": "default-scheduler",
-            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+            "tolerations": [toleration("node.kubernetes.io/not-ready"),
+                            toleration("node.kubernetes.io/unreachable")],
             "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"}
-        r = "True" if ready else "False"
-        conds = [{"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None, "lastTransitionTime": "@@STIME@@"},
-                 {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": "@@CTIME@@"},
-                 {"type": "Ready", "status": r, "lastProbeTime": None, "lastTransitionTime": "@@STIME@@"},
-                 {"type": "ContainersReady", "status": r, "lastProbeTime": None, "lastTransitionTime": "@@STIME@@"},
-                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": "@@CTIME@@"}]
-        if not ready:
-            for c in conds[2:4]:
+
+    def _status(self, ready):
+        def cond(type_, status, stamp):
+            c = {"type": type_, "status": status, "lastProbeTime": None,
+                 "lastTransitionTime": stamp}
+            if status == "False":
                 c["reason"] = "ContainersNotReady"
                 c["message"] = "containers with unready status: [%s]" % self.name
-        statuses = []
-        for i, c in enumerate(containers):
-            statuses.append({"name": c["name"], "state": {"running": {"startedAt": "@@STIME@@"}},
-                             "lastState": {}, "ready": ready or i > 0, "restartCount": 0,
-                             "image": c["image"],
-                             "imageID": c["image"].rsplit(":", 1)[0] + "@sha256:" + "%064x" % self.rng.getrandbits(256),
-                             "containerID": "containerd://@@CID%d@@" % i, "started": True})
-        status = {"phase": "Running", "conditions": conds, "hostIP": "@@HOSTIP@@",
-                  "hostIPs": [{"ip": "@@HOSTIP@@"}], "podIP": "@@PODIP@@",
-                  "podIPs": [{"ip": "@@PODIP@@"}], "startTime": "@@CTIME@@",
-                  "containerStatuses": statuses, "qosClass": "Burstable"}
+            return c
+
+        r = "True" if ready else "False"
+        return {
+            "phase": "Running",
+            "conditions": [cond("PodReadyToStartContainers", "True", "@@STIME@@"),
+                           cond("Initialized", "True", "@@CTIME@@"),
+                           cond("Ready", r, "@@STIME@@"),
+                           cond("ContainersReady", r, "@@STIME@@"),
+                           cond("PodScheduled", "True", "@@CTIME@@")],
+            "hostIP": "@@HOSTIP@@", "hostIPs": [{"ip": "@@HOSTIP@@"}],
+            "podIP": "@@PODIP@@", "podIPs": [{"ip": "@@PODIP@@"}], "startTime": "@@CTIME@@",
+            "containerStatuses": [{
+                "name": self.name, "state": {"running": {"startedAt": "@@STIME@@"}},
+                "lastState": {}, "ready": ready, "restartCount": 0, "image": self.image,
+                "imageID": self.image_id, "containerID": "containerd://@@CID@@",
+                "started": True}],
+            "qosClass": "Burstable"}
+
+    def _pod(self, ready):
+        """The pod as a dict with @@PLACEHOLDERS@@ for what differs between pods."""
+        spec, status = self._spec(), self._status(ready)
         owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": self.rs_name,
                  "uid": self.rs_uid, "controller": True, "blockOwnerDeletion": True}
         annotations = {"kubectl.kubernetes.io/restartedAt": rfc3339(self.base_time - 86400 * 3),
                        "prometheus.io/scrape": "true", "prometheus.io/port": "9090",
                        TOUCH_ANNOTATION: "0"}
-        meta_cm = {"generateName": 1, "labels": self.labels, "annotations": annotations,
-                   "ownerReferences": [owner]}
-        cm_fields = fields_v1({"metadata": meta_cm, "spec": {k: v for k, v in spec.items() if k != "nodeName"}})
-        cm_fields["f:metadata"]["f:ownerReferences"] = {'k:{"uid":"%s"}' % self.rs_uid: {}}
-        kubelet_fields = {"f:status": fields_v1({k: v for k, v in status.items() if k != "phase"})}
-        kubelet_fields["f:status"]["f:phase"] = {}
+
+        def managed(manager, stamp, fields, subresource=None):
+            m = {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": stamp,
+                 "fieldsType": "FieldsV1", "fieldsV1": fields}
+            if subresource:
+                m["subresource"] = subresource
+            return m
+
+        # Who wrote what, as on a real cluster: the ReplicaSet controller the metadata and
+        # spec, the scheduler the PodScheduled condition (and nodeName), the kubelet status.
+        controller = fields_v1({"metadata": {"generateName": "", "labels": self.labels,
+                                             "annotations": annotations,
+                                             "ownerReferences": [owner]},
+                                "spec": {k: v for k, v in spec.items() if k != "nodeName"}})
+        scheduler = fields_v1({"status": {"conditions": [status["conditions"][-1]]}})
+        kubelet = fields_v1({"status": dict(status, conditions=status["conditions"][:-1])})
         meta = {"name": "@@NAME@@", "generateName": self.rs_name + "-", "namespace": self.ns,
                 "uid": "@@UID@@", "resourceVersion": "@@RV@@", "creationTimestamp": "@@CTIME@@",
                 "labels": self.labels, "annotations": annotations, "ownerReferences": [owner],
-                "managedFields": [
-                    {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
-                     "time": "@@CTIME@@", "fieldsType": "FieldsV1", "fieldsV1": cm_fields},
-                    {"manager": "kube-scheduler", "operation": "Update", "apiVersion": "v1",
-                     "time": "@@CTIME@@", "fieldsType": "FieldsV1",
-                     "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"PodScheduled"}': {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}}}}},
-                     "subresource": "status"},
-                    {"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
-                     "time": "@@STIME@@", "fieldsType": "FieldsV1", "fieldsV1": kubelet_fields,
-                     "subresource": "status"}]}
+                "managedFields": [managed("kube-controller-manager", "@@CTIME@@", controller),
+                                  managed("kube-scheduler", "@@CTIME@@", scheduler, "status"),
+                                  managed("kubelet", "@@STIME@@", kubelet, "status")]}
         return {"metadata": meta, "spec": spec, "status": status}
 
     def new_pod(self, rt, index, rv, ready=True, name=None):
@@ -215,7 +247,7 @@ class Deployment:
             "NAME": name.encode(), "UID": uid.encode(), "RV": str(rv).encode(),
             "NODE": node.encode(), "HOSTIP": _HOST_IPS[index % NODES], "PODIP": pod_ip.encode(),
             "CTIME": self._stamp(offset), "STIME": self._stamp(offset + 7),
-            "CID0": b"%064x" % rng.getrandbits(256), "CID1": b"%064x" % rng.getrandbits(256)}
+            "CID": b"%064x" % rng.getrandbits(256)}
         tmpl = self.template if ready else self.template_unready
         fields = dict(self._fields, **{"metadata.name": name, "spec.nodeName": node,
                                        "status.podIP": pod_ip})
@@ -230,41 +262,47 @@ class Deployment:
 
     # -- the other objects of a Deployment -------------------------------------------------
 
+    def _meta(self, name, uid, labels, owner_kind=None, owner_name=None, owner_uid=None):
+        md = {"name": name, "namespace": self.ns, "uid": uid,
+              "creationTimestamp": rfc3339(self.base_time), "labels": labels}
+        if owner_kind:
+            md["ownerReferences"] = [{"apiVersion": "apps/v1" if owner_kind != "Service" else "v1",
+                                      "kind": owner_kind, "name": owner_name, "uid": owner_uid,
+                                      "controller": True, "blockOwnerDeletion": True}]
+        return md
+
     def deployment(self):
-        return {"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": self.name, "namespace": self.ns, "uid": self.uid,
-                             "generation": 1, "creationTimestamp": rfc3339(self.base_time),
-                             "labels": {"app": self.name},
-                             "annotations": {"deployment.kubernetes.io/revision": "1"}},
-                "spec": {"replicas": self.replicas, "selector": {"matchLabels": {"app": self.name}},
+        md = self._meta(self.name, self.uid, {"app": self.name})
+        md["annotations"] = {"deployment.kubernetes.io/revision": "1"}
+        n = self.replicas
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": md,
+                "spec": {"replicas": n, "selector": {"matchLabels": {"app": self.name}},
                          "template": {"metadata": {"labels": {"app": self.name}},
-                                      "spec": {"containers": [{"name": self.name, "image": self.image}]}},
-                         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+                                      "spec": {"containers": [self._container()]}},
+                         "strategy": {"type": "RollingUpdate", "rollingUpdate": {
+                             "maxUnavailable": "25%", "maxSurge": "25%"}},
                          "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600},
-                "status": {"observedGeneration": 1, "replicas": self.replicas,
-                           "updatedReplicas": self.replicas, "readyReplicas": self.replicas,
-                           "availableReplicas": self.replicas}}
+                "status": {"observedGeneration": 1, "replicas": n, "updatedReplicas": n,
+                           "readyReplicas": n, "availableReplicas": n}}
 
     def replicaset(self):
+        labels = {"app": self.name, "pod-template-hash": self.hash}
+        n = self.replicas
         return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": self.rs_name, "namespace": self.ns, "uid": self.rs_uid,
-                             "generation": 1, "creationTimestamp": rfc3339(self.base_time),
-                             "labels": {"app": self.name, "pod-template-hash": self.hash},
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": self.name,
-                                                  "uid": self.uid, "controller": True, "blockOwnerDeletion": True}]},
-                "spec": {"replicas": self.replicas,
-                         "selector": {"matchLabels": {"app": self.name, "pod-template-hash": self.hash}}},
-                "status": {"replicas": self.replicas, "readyReplicas": self.replicas,
-                           "availableReplicas": self.replicas, "observedGeneration": 1}}
+                "metadata": self._meta(self.rs_name, self.rs_uid, labels, "Deployment", self.name,
+                                       self.uid),
+                "spec": {"replicas": n, "selector": {"matchLabels": labels}},
+                "status": {"replicas": n, "readyReplicas": n, "availableReplicas": n,
+                           "observedGeneration": 1}}
 
     def service_obj(self, index):
+        ip = "10.96.%d.%d" % (index // 250, index % 250 + 10)
         return {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": self.name, "namespace": self.ns, "uid": self.svc_uid,
-                             "creationTimestamp": rfc3339(self.base_time), "labels": {"app": self.name}},
+                "metadata": self._meta(self.name, self.svc_uid, {"app": self.name}),
                 "spec": {"type": "ClusterIP", "selector": {"app": self.name},
-                         "clusterIP": "10.96.%d.%d" % (index // 250, index % 250 + 10),
-                         "clusterIPs": ["10.96.%d.%d" % (index // 250, index % 250 + 10)],
-                         "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                         "clusterIP": ip, "clusterIPs": [ip],
+                         "ports": [{"name": "http", "port": 80, "targetPort": "http",
+                                    "protocol": "TCP"}],
                          "sessionAffinity": "None", "ipFamilies": ["IPv4"],
                          "ipFamilyPolicy": "SingleStack", "internalTrafficPolicy": "Cluster"},
                 "status": {"loadBalancer": {}}}
@@ -275,19 +313,19 @@ class Deployment:
         for p in pods:
             ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                         for c in p.get("status", {}).get("conditions", []))
+            node = p["spec"]["nodeName"]
             eps.append({"addresses": [p["status"]["podIP"]],
                         "conditions": {"ready": ready, "serving": ready, "terminating": False},
                         "targetRef": {"kind": "Pod", "namespace": self.ns,
                                       "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]},
-                        "nodeName": p["spec"]["nodeName"], "zone": "zone-%s" % "abc"[sum(p["spec"]["nodeName"].encode()) % 3]})
-        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": self.slice_name, "namespace": self.ns,
-                             "generateName": self.name + "-",
-                             "labels": {"kubernetes.io/service-name": self.name,
-                                        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
-                                        "app": self.name},
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": self.name,
-                                                  "uid": self.svc_uid, "controller": True, "blockOwnerDeletion": True}]},
+                        "nodeName": node, "zone": "zone-" + "abc"[sum(node.encode()) % 3]})
+        labels = {"kubernetes.io/service-name": self.name,
+                  "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                  "app": self.name}
+        md = self._meta(self.slice_name, None, labels, "Service", self.name, self.svc_uid)
+        del md["uid"]  # assigned by the store on first write
+        md["generateName"] = self.name + "-"
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": md,
                 "addressType": "IPv4", "endpoints": eps,
                 "ports": [{"name": "http", "port": self.port, "protocol": "TCP"}]}
 
@@ -315,8 +353,10 @@ class Cluster:
         items = []
         for n in names:
             if n not in self.store.objects[ns_rt]:
-                items.append((ns_rt, {"metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}},
-                                      "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}))
+                items.append((ns_rt, {"metadata": {"name": n, "labels": {
+                                          "kubernetes.io/metadata.name": n}},
+                                      "spec": {"finalizers": ["kubernetes"]},
+                                      "status": {"phase": "Active"}}))
         self.store.put_objects(items)
 
     def add_pods(self, count, namespaces=10, per_deployment=100):
@@ -412,7 +452,8 @@ class Cluster:
         """Start, retune or (rate 0) pause the churn generator: about `rate` writes/s."""
         self._churn_rate = max(0.0, float(rate))
         if self._churn_rate > 0 and self._churn_thread is None:
-            self._churn_thread = threading.Thread(target=self._churn_loop, name="churn", daemon=True)
+            self._churn_thread = threading.Thread(target=self._churn_loop, name="churn",
+                                                  daemon=True)
             self._churn_thread.start()
         self._churn_wakeup.set()
 

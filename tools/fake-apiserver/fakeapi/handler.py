@@ -26,7 +26,7 @@ from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
 from .patch import APPLY, apply_patch
 from .resources import dumps
-from .selectors import combine, parse_field_selector, parse_label_selector
+from .selection import combine, parse_field_selector, parse_label_selector
 
 CHUNK = 2 << 20           # chunked-transfer chunk size for large lists and watch batches
 SMALL_BODY = 1 << 20      # lists below this go out with Content-Length in one write
@@ -350,7 +350,9 @@ class App:
             if p == "/openapi/v3":
                 x.send_json(200, self.registry.openapi_root())
                 return
-            doc = self.registry.openapi_gv(p[len("/openapi/v3/"):]) if p.startswith("/openapi/v3/") else None
+            doc = None
+            if p.startswith("/openapi/v3/"):
+                doc = self.registry.openapi_gv(p[len("/openapi/v3/"):])
             if doc is not None:
                 x.send_json(200, doc)
                 return
@@ -589,7 +591,8 @@ class App:
         with self.store.lock:
             victims = [o for o in self.store.objects[rt].values()
                        if (ns is None or o.ns == ns) and (pred is None or pred(o))]
-            deleted = [self.store.delete(rt, o.ns, o.name) for o in sorted(victims, key=lambda o: o.key)]
+            victims.sort(key=lambda o: o.key)
+            deleted = [self.store.delete(rt, o.ns, o.name) for o in victims]
             head = self.store.head
         meta = dumps({"resourceVersion": str(head)})
         body = rt.list_prefix + meta + b',"items":[' + b",".join(o.raw() for o in deleted) + b"]}"
@@ -618,6 +621,11 @@ class App:
                 return self.control_objects(x)
             if p == "/_fake/modify" and m == "POST":
                 return self.control_modify(x)
+            if p == "/_fake/release" and m == "POST":
+                first, last, n = store.release_held()
+                return x.send_json(200, {"released": n, "first_resourceVersion": str(first),
+                                         "last_resourceVersion": str(last),
+                                         "resourceVersion": str(last)})
             if p == "/_fake/compact" and m == "POST":
                 return x.send_json(200, {"resourceVersion": str(store.compact())})
             if p == "/_fake/watches" and m == "GET":
@@ -688,7 +696,10 @@ class App:
             with self.store.lock:
                 return x.send_json(200, {"scheduled": count, "rate": rate,
                                          "resourceVersion": str(self.store.head)})
-        first, last, n = self.store.touch(rt, count, body.get("namespace"), pred, batch=10000)
+        if body.get("hold"):
+            n = self.store.hold_touches(rt, count, body.get("namespace"), pred)
+            return x.send_json(200, {"held": n, "resourceVersion": str(self.store.head)})
+        first, last, n = self.store.touch(rt, count, body.get("namespace"), pred)
         x.send_json(200, {"modified": n, "first_resourceVersion": str(first) if first else None,
                           "last_resourceVersion": str(last) if last else None,
                           "resourceVersion": str(self.store.head)})
@@ -784,7 +795,7 @@ class Watch:
             if now:
                 return ("MODIFIED" if before else "ADDED"), o
             # Left the selection: DELETED with the previous content at the event's rv.
-            return None
+            return ("DELETED", ev.prev.with_rv(ev.rv)) if before else None
         return (ev.type, o) if pred(o) else None
 
     # -- sending -------------------------------------------------------------------------------
@@ -897,7 +908,9 @@ class Watch:
                 objs = store.objects[self.rt]
                 keys = store.sorted_keys_locked(self.rt)
                 if self.ns is not None and self.rt.namespaced:
-                    keys = keys[bisect.bisect_left(keys, self.ns + "/"):bisect.bisect_left(keys, self.ns + "0")]
+                    # keys sort as "ns/name": a namespace is the range ["ns/", "ns0")
+                    keys = keys[bisect.bisect_left(keys, self.ns + "/"):
+                                bisect.bisect_left(keys, self.ns + "0")]
                 initial = [objs[k] for k in keys]
                 if self.pred is not None:
                     initial = [o for o in initial if self.pred(o)]
@@ -953,8 +966,8 @@ class Watch:
                 if self.cursor < store.events_kept_after():
                     err = expired("too old resource version: %d (%d)" % (self.cursor, store.floor))
                 elif store.head > self.cursor:
-                    # At most GRAB events at a time, so the cursor tracks what was really sent
-                    # (writers pacing themselves on watchers look at it).
+                    # At most GRAB events at a time, so the cursor (which keeps the history
+                    # this watch still needs from being trimmed) follows what was really sent.
                     events = store.events_after_locked(self.cursor, GRAB)
                     self.cursor = events[-1].rv
                     store.set_cursor(self, self.cursor)

@@ -8,6 +8,7 @@ import signal
 import ssl
 import sys
 import threading
+import time
 from http.server import ThreadingHTTPServer
 
 from .faults import Faults
@@ -23,7 +24,8 @@ def parse_args(argv):
         prog="server.py", description="A fake Kubernetes API server for tests, demos and "
         "benchmarks. Prints its URL as the first line of stdout, then serves until killed.")
     a = p.add_argument
-    a("--port", type=int, default=0, help="port on 127.0.0.1 (0 or absent: a free one)")
+    a("--port", type=int, default=0, metavar="N",
+      help="port on 127.0.0.1 (0 or absent: a free one)")
     a("--verbose", action="store_true", help="log requests and faults to stderr")
     a("--token", help="require Authorization: Bearer TOKEN on every API request")
     a("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM; with --tls-key)")
@@ -31,16 +33,17 @@ def parse_args(argv):
     a("--client-ca", metavar="FILE",
       help="accept client certificates signed by this CA as authentication (HTTPS only); "
            "with --client-ca every API request needs a valid certificate or the --token")
-    a("--history", type=int, default=10000, help="write events kept for watches (default 10000)")
-    a("--watch-slack", type=int, default=250000,
+    a("--history", type=int, default=10000, metavar="N",
+      help="write events kept for watches (default 10000)")
+    a("--watch-slack", type=int, default=250000, metavar="N",
       help="events an open watch may lag behind before it is ended with 410 (default 250000)")
-    a("--continue-ttl", type=float, default=300.0,
+    a("--continue-ttl", type=float, default=300.0, metavar="SECONDS",
       help="seconds a list continue token stays valid (default 300)")
-    a("--bookmark-interval", type=float, default=1.0,
+    a("--bookmark-interval", type=float, default=1.0, metavar="SECONDS",
       help="seconds between BOOKMARK events on watches that allow them (default 1)")
-    a("--watch-timeout", type=float, default=1800.0,
+    a("--watch-timeout", type=float, default=1800.0, metavar="SECONDS",
       help="end watches without timeoutSeconds after this many seconds (default 1800)")
-    a("--rv-wait", type=float, default=0.0,
+    a("--rv-wait", type=float, default=0.0, metavar="SECONDS",
       help="how long a request for a future resourceVersion waits before the 504 "
            "'Too large resource version' (a real server waits 3 s; default 0)")
     a("--watch-cache", action="store_true",
@@ -49,17 +52,20 @@ def parse_args(argv):
       help="serve a custom resource (repeatable)")
     a("--fault", action="append", default=[], metavar="JSON",
       help="a fault rule or a JSON list of rules (repeatable)")
-    a("--pods", type=int, default=0, help="generate N realistic pods (~9 KB JSON each)")
-    a("--namespaces", type=int, default=10, help="namespaces for --pods (default 10)")
-    a("--pods-per-deployment", type=int, default=100, help="default 100")
+    a("--pods", type=int, default=0, metavar="N",
+      help="generate N realistic pods (~9 KB JSON each)")
+    a("--namespaces", type=int, default=10, metavar="K", help="namespaces for --pods (default 10)")
+    a("--pods-per-deployment", type=int, default=100, metavar="N",
+      help="Deployment size for --pods (default 100)")
     a("--sample-cluster", action="store_true",
       help="a small demo cluster: nodes, namespaces, deployments, pods, services, endpointslices")
     a("--churn", type=float, default=0.0, metavar="RATE",
       help="keep creating, updating and deleting pods at about RATE writes/s")
-    a("--seed", type=int, default=1, help="random seed for generated data (default 1)")
+    a("--seed", type=int, default=1, metavar="N", help="random seed for generated data (default 1)")
     a("--no-default-namespaces", action="store_true",
       help="start empty instead of with default, kube-system, kube-public, kube-node-lease")
-    a("--max-requests", type=int, default=100000, help="request log size cap")
+    a("--max-requests", type=int, default=100000, metavar="N",
+      help="request log size cap (default 100000)")
     a("--exit-with-parent", action="store_true",
       help="exit when the parent process dies (for test helpers)")
     a("--exit-on-stdin-eof", action="store_true", help="exit when stdin reaches end of file")
@@ -112,7 +118,7 @@ def _watch_parent():
         while True:
             if os.getppid() != ppid:
                 _exit_now()
-            threading.Event().wait(0.5)
+            time.sleep(0.5)
     threading.Thread(target=poll, name="parent-watch", daemon=True).start()
     if os.getppid() != ppid:
         _exit_now()
@@ -184,7 +190,8 @@ def main(argv=None):
         cluster.set_churn(opts.churn)
     sys.stdout.write("%s://127.0.0.1:%d\n" % ("https" if opts.tls_cert else "http", port))
     sys.stdout.flush()
-    app.log("serving %d objects at resourceVersion %d", sum(map(len, store.objects.values())), store.head)
+    app.log("serving %d objects at resourceVersion %d",
+            sum(map(len, store.objects.values())), store.head)
     try:
         httpd.serve_forever(poll_interval=0.5)
     finally:

@@ -44,7 +44,8 @@ DEFAULT_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404
                    "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
                    500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
-DEFAULT_MESSAGES = {401: "Unauthorized", 403: "forbidden", 404: "the server could not find the requested resource",
+DEFAULT_MESSAGES = {401: "Unauthorized", 403: "forbidden",
+                    404: "the server could not find the requested resource",
                     410: "The resourceVersion for the provided list is too old.",
                     429: "Too many requests, please try again later.",
                     500: "Internal error occurred: injected fault",
@@ -75,7 +76,8 @@ def _details(rt, name):
 
 
 def not_found(rt, name):
-    return ApiError(404, "NotFound", '%s "%s" not found' % (qualified(rt), name), _details(rt, name))
+    return ApiError(404, "NotFound", '%s "%s" not found' % (qualified(rt), name),
+                    _details(rt, name))
 
 
 def already_exists(rt, name):
@@ -245,12 +247,11 @@ class Event:
     the state before (None for ADDED), used to undo writes for snapshots and to turn a
     MODIFIED into ADDED/DELETED for watchers whose selector the object enters or leaves."""
 
-    __slots__ = ("rv", "rt", "type", "obj", "prev", "time")
+    __slots__ = ("rv", "rt", "type", "obj", "prev")
 
-    def __init__(self, rv, rt, type_, obj, prev, time_):
+    def __init__(self, rv, rt, type_, obj, prev):
         self.rv = rv
         self.rt = rt
         self.type = type_
         self.obj = obj
         self.prev = prev
-        self.time = time_

@@ -114,8 +114,9 @@ def json_patch(doc, ops):
             else:
                 raise bad_request("unknown json patch operation %r" % kind)
         except (KeyError, IndexError, ValueError, TypeError) as e:
+            what = op.get("op") if isinstance(op, dict) else op
             raise ApiError(422, "Invalid", "the server rejected our request due to an error in "
-                           "our request: %s: %r" % (op.get("op") if isinstance(op, dict) else op, e))
+                           "our request: %s: %r" % (what, e))
     return doc
 
 

@@ -119,7 +119,8 @@ def builtin_types():
 def parse_custom(spec):
     """--resource group/version/plural/Kind[/cluster] -> ResourceType (ValueError if malformed)."""
     parts = spec.split("/")
-    if len(parts) not in (4, 5) or not all(parts[1:4]) or (len(parts) == 5 and parts[4] != "cluster"):
+    if (len(parts) not in (4, 5) or not all(parts[1:4])
+            or (len(parts) == 5 and parts[4] != "cluster")):
         raise ValueError("--resource wants group/version/plural/Kind[/cluster], got %r" % spec)
     group, version, plural, kind = parts[:4]
     return ResourceType(group, version, plural, kind, namespaced=len(parts) == 4)

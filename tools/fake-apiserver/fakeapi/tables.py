@@ -6,11 +6,13 @@ import calendar
 import time
 
 _NAME_DESC = "Name must be unique within a namespace."
-_AGE_DESC = "CreationTimestamp is a timestamp representing the server time when this object was created."
+_AGE_DESC = ("CreationTimestamp is a timestamp representing the server time when this object "
+             "was created.")
 
 
-def _col(name, desc="", priority=0, fmt=""):
-    return {"name": name, "type": "string", "format": fmt, "description": desc, "priority": priority}
+def _col(name, desc="", priority=0, fmt="", type_="string"):
+    return {"name": name, "type": type_, "format": fmt, "description": desc,
+            "priority": priority}
 
 
 NAME_COL = _col("Name", _NAME_DESC, fmt="name")
@@ -80,7 +82,8 @@ def _pod(d):
 
 def _service(d):
     spec = d.get("spec") or {}
-    ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in spec.get("ports") or [])
+    ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP"))
+                     for p in spec.get("ports") or [])
     sel = ",".join("%s=%s" % kv for kv in sorted((spec.get("selector") or {}).items()))
     return [d["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP") or "<none>",
             "<none>", ports or "<none>", age(d), sel or "<none>"]
@@ -88,8 +91,9 @@ def _service(d):
 
 def _deployment(d):
     spec, status = d.get("spec") or {}, d.get("status") or {}
-    return [d["metadata"]["name"], "%d/%d" % (status.get("readyReplicas", 0), spec.get("replicas", 1)),
-            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), age(d)]
+    ready = "%d/%d" % (status.get("readyReplicas", 0), spec.get("replicas", 1))
+    return [d["metadata"]["name"], ready, status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0), age(d)]
 
 
 def _namespace(d):
@@ -97,7 +101,8 @@ def _namespace(d):
 
 
 def _configmap(d):
-    return [d["metadata"]["name"], len(d.get("data") or {}) + len(d.get("binaryData") or {}), age(d)]
+    n = len(d.get("data") or {}) + len(d.get("binaryData") or {})
+    return [d["metadata"]["name"], n, age(d)]
 
 
 def _endpointslice(d):
@@ -107,23 +112,25 @@ def _endpointslice(d):
     return [d["metadata"]["name"], d.get("addressType", ""), ports, shown or "<unset>", age(d)]
 
 
+POD_COLUMNS = [
+    NAME_COL,
+    _col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+    _col("Status", "The aggregate status of the containers in this pod."),
+    _col("Restarts", "The number of times the containers in this pod have been restarted."),
+    AGE_COL,
+    _col("IP", "IP address allocated to the pod.", 1),
+    _col("Node", "NodeName is a request to schedule this pod onto a specific node.", 1),
+    _col("Nominated Node", "nominatedNodeName is set only when this pod preempts other pods.", 1),
+    _col("Readiness Gates", "If specified, all readiness gates will be evaluated.", 1)]
+
 PRINTERS = {
-    "Pod": ([NAME_COL, _col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
-             _col("Status", "The aggregate status of the containers in this pod."),
-             _col("Restarts", "The number of times the containers in this pod have been restarted."),
-             AGE_COL, _col("IP", "IP address allocated to the pod.", 1),
-             _col("Node", "NodeName is a request to schedule this pod onto a specific node.", 1),
-             _col("Nominated Node", "nominatedNodeName is set only when this pod preempts other pods.", 1),
-             _col("Readiness Gates", "If specified, all readiness gates will be evaluated for pod readiness.", 1)],
-            _pod),
-    "Service": ([NAME_COL, _col("Type"), _col("Cluster-IP"), _col("External-IP"), _col("Port(s)"),
-                 AGE_COL, _col("Selector", priority=1)], _service),
-    "Deployment": ([NAME_COL, _col("Ready"), {"name": "Up-to-date", "type": "integer", "format": "", "description": "", "priority": 0},
-                    {"name": "Available", "type": "integer", "format": "", "description": "", "priority": 0},
-                    AGE_COL], _deployment),
+    "Pod": (POD_COLUMNS, _pod),
+    "Service": ([NAME_COL, _col("Type"), _col("Cluster-IP"), _col("External-IP"),
+                 _col("Port(s)"), AGE_COL, _col("Selector", priority=1)], _service),
+    "Deployment": ([NAME_COL, _col("Ready"), _col("Up-to-date", type_="integer"),
+                    _col("Available", type_="integer"), AGE_COL], _deployment),
     "Namespace": ([NAME_COL, _col("Status"), AGE_COL], _namespace),
-    "ConfigMap": ([NAME_COL, {"name": "Data", "type": "integer", "format": "", "description": "", "priority": 0},
-                   AGE_COL], _configmap),
+    "ConfigMap": ([NAME_COL, _col("Data", type_="integer"), AGE_COL], _configmap),
     "EndpointSlice": ([NAME_COL, _col("AddressType"), _col("Ports"), _col("Endpoints"), AGE_COL],
                       _endpointslice),
 }

@@ -9,7 +9,8 @@ import re
 from .objects import bad_request
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_KEY_RE = re.compile(r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?%s$" % _NAME)
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_KEY_RE = re.compile(r"^(%s/)?%s$" % (_DNS_SUBDOMAIN, _NAME))
 _VALUE_RE = re.compile(r"^(%s)?$" % _NAME)
 
 # Lexer tokens, as in labels/selector.go: identifiers run until whitespace or a special char.
