@@ -303,21 +303,20 @@ static const luaL_Reg REFLECTOR_METHODS[] = {
     {NULL, NULL},
 };
 
-static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc)
-{
-    luaL_newmetatable(L, name);
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
-}
+static const luaL_Reg CLIENT_META[] = {
+    {"__gc", c_gc},
+    {NULL, NULL},
+};
+
+static const luaL_Reg REFLECTOR_META[] = {
+    {"__gc", r_gc},
+    {NULL, NULL},
+};
 
 void kl_open_client(lua_State *L)
 {
-    new_class(L, CLIENT_MT, CLIENT_METHODS, c_gc);
-    new_class(L, REFLECTOR_MT, REFLECTOR_METHODS, r_gc);
+    kl_new_class(L, CLIENT_MT, CLIENT_METHODS, CLIENT_META);
+    kl_new_class(L, REFLECTOR_MT, REFLECTOR_METHODS, REFLECTOR_META);
 }
 
 int kl_new_client(lua_State *L)

@@ -63,6 +63,16 @@ void kl_log(lua_State *L, const char *level, const char *msg)
     lua_settop(L, top);
 }
 
+void kl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta)
+{
+    luaL_newmetatable(L, name);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    luaL_setfuncs(L, meta, 0);
+    lua_pop(L, 1);
+}
+
 void kl_push_requeue(lua_State *L)
 {
     kl_rawgetp(L, LUA_REGISTRYINDEX, &REQUEUE_KEY);

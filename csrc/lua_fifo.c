@@ -481,14 +481,13 @@ static const luaL_Reg METHODS[] = {
     {NULL, NULL},
 };
 
+static const luaL_Reg META[] = {
+    {"__gc", f_gc},
+    {"__len", f_len},
+    {NULL, NULL},
+};
+
 void kl_open_fifo(lua_State *L)
 {
-    luaL_newmetatable(L, KL_FIFO_MT);
-    luaL_newlib(L, METHODS);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, f_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, f_len);
-    lua_setfield(L, -2, "__len");
-    lua_pop(L, 1);
+    kl_new_class(L, KL_FIFO_MT, METHODS, META);
 }

@@ -68,6 +68,9 @@ void kl_log(lua_State *L, const char *level, const char *msg);
 /* Raises "bad argument #argn to 'fname' (...)" with a formatted reason. */
 int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...);
 
+/* Registers metatable `name`: methods become its __index table, meta its metamethods. */
+void kl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);
+
 /* The unique REQUEUE sentinel. */
 void kl_push_requeue(lua_State *L);
 

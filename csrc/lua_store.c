@@ -657,16 +657,14 @@ static const luaL_Reg METHODS[] = {
     {NULL, NULL},
 };
 
+static const luaL_Reg META[] = {
+    {"__gc", s_gc},
+    {"__len", s_len},
+    {"__tostring", s_tostring},
+    {NULL, NULL},
+};
+
 void kl_open_store(lua_State *L)
 {
-    luaL_newmetatable(L, KL_STORE_MT);
-    luaL_newlib(L, METHODS);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, s_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, s_len);
-    lua_setfield(L, -2, "__len");
-    lua_pushcfunction(L, s_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
+    kl_new_class(L, KL_STORE_MT, METHODS, META);
 }
