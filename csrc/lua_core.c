@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jsonspan.h"
 #include "lua_kinf.h"
 
 /* Registry keys: the addresses are unique; the bytes never change. */
@@ -17,6 +18,7 @@ static const char ENCODE_KEY = 0;    /* cjson encode */
 static const char DECODE_KEY = 0;    /* cjson decode */
 static const char LOGGER_KEY = 0;    /* the logger function, if set */
 static const char REQUEUE_KEY = 0;   /* the REQUEUE sentinel */
+static const char LAZY_KEY = 0;      /* the metatable of lazily decoded objects */
 
 #define BOX_MT "kinformer.record"
 #define GUARD_MT "kinformer.guard"
@@ -148,6 +150,109 @@ static void link_table(lua_State *L, int ti, int bi)
 
 /* ---- records -> tables ---- */
 
+/* Pushes the whole record decoded. Raises on a decoding failure (records are valid JSON). */
+static void decode_record(lua_State *L, kinf_object *obj)
+{
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushlstring(L, obj->json, obj->json_len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        luaL_error(L, "kinformer: cannot decode the record of %s: %s", obj->key,
+                   lua_tostring(L, -1));
+}
+
+void kl_push_decoded(lua_State *L, kinf_object *obj)
+{
+    decode_record(L, obj);
+}
+
+/* The record behind a table kinformer made (NULL for user tables and others). */
+static kinf_object *record_of(lua_State *L, int idx)
+{
+    box *b;
+    idx = kl_absindex(L, idx);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    lua_pushvalue(L, idx);
+    lua_rawget(L, -2);
+    b = lua_touserdata(L, -1);
+    lua_pop(L, 2);
+    return b != NULL && !b->from_user ? b->obj : NULL; /* the box lives as long as the table */
+}
+
+/*
+ * Lazily decoded objects (Lua 5.2+, where pairs honours __pairs; LuaJIT decodes eagerly): the
+ * table starts empty; reading a member decodes just that member's bytes and stores it in the
+ * table, so the next read is a plain table read. pairs() decodes every member first. Writes of
+ * new members raise: objects are read-only.
+ */
+static void materialize(lua_State *L, int t, kinf_object *obj)
+{
+    t = kl_absindex(L, t);
+    decode_record(L, obj);
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+        lua_pushvalue(L, -2);
+        lua_rawget(L, t);
+        if (lua_isnil(L, -1)) {
+            lua_pushvalue(L, -3);
+            lua_pushvalue(L, -3);
+            lua_rawset(L, t);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+static int lazy_index(lua_State *L)
+{
+    kinf_object *obj;
+    const char *k;
+    size_t klen;
+    kinf_str v;
+    int rc;
+
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return 0;
+    obj = record_of(L, 1);
+    if (obj == NULL)
+        return 0;
+    k = lua_tolstring(L, 2, &klen);
+    rc = kinf_json_find_member(obj->json, obj->json_len, k, klen, &v);
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        materialize(L, 1, obj);
+        lua_settop(L, 2);
+        lua_rawget(L, 1);
+        return 1;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushlstring(L, v.ptr, v.len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        return luaL_error(L, "kinformer: cannot decode %s of %s: %s", k, obj->key,
+                          lua_tostring(L, -1));
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+}
+
+static int lazy_pairs(lua_State *L)
+{
+    kinf_object *obj = record_of(L, 1);
+    if (obj != NULL)
+        materialize(L, 1, obj);
+    lua_getglobal(L, "next");
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
+static int lazy_newindex(lua_State *L)
+{
+    return luaL_error(L, "kinformer: objects from the cache are read-only (set '%s' on a copy: "
+                         "kinformer.to_table(obj))",
+                      lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
+}
+
 void kl_push_object(lua_State *L, kinf_object *obj)
 {
     int top;
@@ -174,12 +279,13 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         lua_setfield(L, -2, "obj");
         kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
         lua_setmetatable(L, -2);
+    } else if (KL_LAZY_DECODE) {
+        /* Members are decoded on first access (lazy_index). */
+        lua_createtable(L, 0, 5);
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
+        lua_setmetatable(L, -2);
     } else {
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
-        lua_pushlstring(L, obj->json, obj->json_len);
-        if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-            luaL_error(L, "kinformer: cannot decode the record of %s: %s", obj->key,
-                       lua_tostring(L, -1));
+        decode_record(L, obj);
     }
     b = push_box(L, 0);
     b->obj = kinf_object_ref(obj);
@@ -459,6 +565,57 @@ static int l_is_tombstone(lua_State *L)
     return 1;
 }
 
+/* encode(obj): the JSON of an object (its record's bytes for tables kinformer made). */
+static int l_encode(lua_State *L)
+{
+    kinf_object *obj;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    obj = record_of(L, 1);
+    if (obj != NULL && !kinf_object_is_tombstone(obj)) {
+        lua_pushlstring(L, obj->json, obj->json_len);
+        return 1;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY);
+    lua_pushvalue(L, 1);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
+    return 1;
+}
+
+/* to_table(obj): a fresh, fully decoded, mutable copy (tombstones: a plain {key, obj}). */
+static int l_to_table(lua_State *L)
+{
+    kinf_object *obj;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (kl_is_tombstone(L, 1)) {
+        lua_createtable(L, 0, 2);
+        lua_getfield(L, 1, "key");
+        lua_setfield(L, -2, "key");
+        lua_getfield(L, 1, "obj");
+        if (lua_istable(L, -1)) {
+            lua_pushcfunction(L, l_to_table);
+            lua_insert(L, -2);
+            lua_call(L, 1, 1);
+        }
+        lua_setfield(L, -2, "obj");
+        return 1;
+    }
+    obj = record_of(L, 1);
+    if (obj != NULL) {
+        decode_record(L, obj);
+        return 1;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushcfunction(L, l_encode);
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 2);
+    if (lua_isnil(L, -2))
+        return luaL_error(L, "bad argument #1 to 'to_table' (%s)", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
 static int l_set_logger(lua_State *L)
 {
     if (!lua_isnoneornil(L, 1))
@@ -489,10 +646,13 @@ static const luaL_Reg FUNCS[] = {
     {"store", kl_new_store},
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
+    {"processor", kl_new_processor},
     {"key_of", l_key_of},
     {"split_key", l_split_key},
     {"tombstone", l_tombstone},
     {"is_tombstone", l_is_tombstone},
+    {"encode", l_encode},
+    {"to_table", l_to_table},
     {"set_logger", l_set_logger},
     {"log", l_log},
     {NULL, NULL},
@@ -529,6 +689,17 @@ int luaopen_kinformer_core(lua_State *L)
     lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
 
+    lua_createtable(L, 0, 4);
+    lua_pushcfunction(L, lazy_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, lazy_pairs);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushcfunction(L, lazy_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushstring(L, "kinformer.object");
+    lua_setfield(L, -2, "__name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
+
     lua_createtable(L, 0, 1);
     lua_pushstring(L, "kinformer.tombstone");
     lua_setfield(L, -2, "__name");
@@ -542,8 +713,10 @@ int luaopen_kinformer_core(lua_State *L)
     kl_open_store(L);
     kl_open_fifo(L);
     kl_open_client(L);
+    kl_open_informer(L);
 
     luaL_newlib(L, FUNCS);
+    kl_open_loop(L);
     kl_push_requeue(L);
     lua_setfield(L, -2, "REQUEUE");
     lua_pushstring(L, "0.1.0");

@@ -28,6 +28,9 @@
 /* Pushes obj's table (nil for NULL). May raise (memory). */
 void kl_push_object(lua_State *L, kinf_object *obj);
 
+/* Pushes a fresh, fully decoded, mutable table of a plain record (not cached). May raise. */
+void kl_push_decoded(lua_State *L, kinf_object *obj);
+
 /*
  * The record for the table (or tombstone) at idx. Raises when the value is not a table (naming
  * argument argn of function fname). On success pushes one value (the box that keeps the record
@@ -82,6 +85,17 @@ int kl_new_store(lua_State *L);
 int kl_new_fifo(lua_State *L);
 /* The C store behind the store userdata at idx, or NULL if it is not one (or closed). */
 struct kinf_store *kl_test_store(lua_State *L, int idx);
+/* For the informer, which writes the C store of the store userdata at idx directly: the state
+ * its Lua index functions run in (returns the previous one), dropping a replaced record's pinned
+ * table, and refusing writes through the store's own methods. */
+lua_State *kl_store_set_state(lua_State *L, int idx, lua_State *to);
+void kl_store_unpin(lua_State *L, int idx, kinf_object *obj);
+void kl_store_set_readonly(lua_State *L, int idx);
+void kl_open_informer(lua_State *L);
+int kl_new_processor(lua_State *L);
+/* Adds now(), catch_signals(on) and wait(fds, timeout) to the module table on top. */
+void kl_open_loop(lua_State *L);
+
 /* The C FIFO behind the delta_fifo userdata at idx, or NULL if it is not one. */
 kinf_fifo *kl_test_fifo(lua_State *L, int idx);
 

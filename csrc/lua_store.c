@@ -31,6 +31,7 @@ typedef struct lstore {
     lindex **indexes;     /* owned; ud of each Lua index function */
     size_t nindexes;
     int next_slot;
+    int readonly;         /* an informer's cache: only the informer writes it */
 } lstore;
 
 static lstore *check_store(lua_State *L, int idx)
@@ -39,6 +40,28 @@ static lstore *check_store(lua_State *L, int idx)
     if (ls->store == NULL)
         luaL_error(L, "kinformer: store is closed");
     return ls;
+}
+
+static lstore *check_writable(lua_State *L, const char *fname)
+{
+    lstore *ls = check_store(L, 1);
+    if (ls->readonly)
+        luaL_error(L, "kinformer: store:%s: this store is an informer's cache; only the informer "
+                      "writes it", fname);
+    return ls;
+}
+
+lua_State *kl_store_set_state(lua_State *L, int idx, lua_State *to)
+{
+    lstore *ls = luaL_checkudata(L, idx, KL_STORE_MT);
+    lua_State *was = ls->L;
+    ls->L = to;
+    return was;
+}
+
+void kl_store_set_readonly(lua_State *L, int idx)
+{
+    ((lstore *)luaL_checkudata(L, idx, KL_STORE_MT))->readonly = 1;
 }
 
 kinf_store *kl_test_store(lua_State *L, int idx)
@@ -164,6 +187,13 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     lua_pop(L, 1);
 }
 
+void kl_store_unpin(lua_State *L, int idx, kinf_object *obj)
+{
+    kl_getuservalue(L, idx);
+    unpin(L, lua_gettop(L), obj);
+    lua_pop(L, 1);
+}
+
 /* Pushes an array of the guarded objects' tables (keys when keys_only) and frees them. */
 static int push_objects(lua_State *L, int uv, kl_guard *g, int keys_only)
 {
@@ -212,7 +242,7 @@ static int write_result(lua_State *L, const char *fname, kinf_err err, const cha
 
 static int add_common(lua_State *L, const char *fname)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_writable(L, fname);
     char msg[320] = "";
     kinf_object *obj, *old = NULL;
     kinf_err err;
@@ -249,7 +279,7 @@ static int s_update(lua_State *L)
 
 static int s_delete(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_writable(L, "delete");
     char msg[160];
     kinf_object *old = NULL;
     size_t len;
@@ -270,7 +300,7 @@ static int s_delete(lua_State *L)
 
 static int s_replace(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_writable(L, "replace");
     char msg[320] = "";
     size_t n;
     kl_guard *g;
@@ -342,6 +372,8 @@ static int s_get(lua_State *L)
     char msg[160];
     check_store(L, 1);
     lua_settop(L, 2);
+    if (lua_type(L, 2) == LUA_TSTRING)
+        return s_get_by_key(L); /* get(key) */
     if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg)))
         return kl_fail(L, KINF_ENOKEY, msg);
     lua_replace(L, 2);

@@ -24,11 +24,14 @@ build = {
   modules = {
     ["kinformer"] = "lua/kinformer/init.lua",
     ["kinformer.resources"] = "lua/kinformer/resources.lua",
+    ["kinformer.informer"] = "lua/kinformer/informer.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
-        "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c",
+        "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c", "csrc/jsonspan.c",
+        "csrc/informer.c",
         "csrc/lua_core.c", "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
+        "csrc/lua_informer.c",
       },
       defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
       incdirs = { "csrc" },

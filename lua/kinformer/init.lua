@@ -73,6 +73,48 @@ function Client:reflector(opts)
   return self._core:reflector(o)
 end
 
+local informer = require "kinformer.informer"
+
+--- client:informer{ resource = "pods", api_version = ..., namespace = ..., label_selector = ...,
+--                   field_selector = ..., resync = seconds, page_size = 500, watch_list = false,
+--                   strip_managed_fields = true, transform = fn } -> informer | nil, err
+-- A shared index informer (docs/informer.md). Asking again for the same resource, namespace and
+-- selectors returns the same informer (one watch), as controller-runtime's cache does.
+function Client:informer(opts)
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'informer' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local key, res = informer.share_key(opts)
+  local shared = self._informers
+  if not shared then
+    shared = {}
+    self._informers = shared
+  end
+  local inf = shared[key]
+  if inf and not inf:is_stopped() then
+    local conflict = inf:_conflict(opts)
+    if conflict then error("bad argument #1 to 'informer' (" .. conflict .. ")", 2) end
+    return inf
+  end
+  local err
+  inf, err = informer.new(self._core, opts, res)
+  if not inf then return nil, err end
+  shared[key] = inf
+  return inf
+end
+
+--- kinformer.run({ informer, ... }, { timeout = seconds, done = fn }) -> reason
+-- The blocking loop for scripts: dispatches the informers until done() returns true ("done"),
+-- the timeout passes ("timeout"), every informer stopped ("stopped"), or SIGINT / SIGTERM
+-- arrives ("SIGINT" / "SIGTERM"). done() is checked after each batch and at least every 100 ms.
+_M.run = informer.run
+
+--- kinformer.encode(obj) -> JSON: an object's JSON (the cached bytes for objects from kinformer).
+_M.encode = core.encode
+
+--- kinformer.to_table(obj) -> a fresh, fully decoded, mutable copy of an object.
+_M.to_table = core.to_table
+
 local LEVELS = { debug = 1, info = 2, warn = 3, error = 4 }
 local threshold = LEVELS.warn -- quiet on success: only warnings and errors by default
 

@@ -1,0 +1,445 @@
+/*
+ * lua_informer.c - the informer's processing loop for Lua: core.processor(fifo, store,
+ * transform) pops the informer's DeltaFIFO, applies the deltas to its store in C (informer.c)
+ * and hands each notification to a Lua sink function. The handler fan-out, resync and replay
+ * rules live in lua/kinformer/informer.lua; this file is the hot path that must not touch Lua
+ * when nobody listens.
+ *
+ * processor:dispatch(max, sink) pops up to max keys without blocking; for each notification it
+ * drops the replaced record's pinned table from the store and, when sink is given, calls
+ * sink(kind, obj, old, is_in_initial_list, is_resync) with kind 1 = add, 2 = update, 3 = delete
+ * (is_resync: an update that kept the resourceVersion). Objects are pushed (decoded lazily) only
+ * for a sink. Returns the number of keys popped.
+ * processor:fd() is readable while work is pending (level-triggered, see informer.h).
+ *
+ * The uservalue table keeps the FIFO and store userdata alive; the processor also holds C
+ * references of its own. dispatch is not re-entrant (a sink that dispatches gets an error).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "informer.h"
+#include "lua_kinf.h"
+
+#define PROC_MT "kinformer.processor"
+
+typedef struct lproc {
+    kinf_fifo *fifo;   /* one reference */
+    kinf_store *store; /* one reference */
+    kinf_wakeup *wake;
+    kinf_notifications notes; /* the item being delivered (released at the next pop or __gc) */
+    lua_State *L;             /* the dispatching state, for the transform */
+    int transform_ref;        /* registry reference or LUA_NOREF */
+    int in_dispatch;
+    unsigned long items, adds, updates, deletes, errors;
+    char last_error[320];
+} lproc;
+
+static lproc *check_proc(lua_State *L)
+{
+    lproc *lp = luaL_checkudata(L, 1, PROC_MT);
+    if (lp->fifo == NULL)
+        luaL_error(L, "kinformer: processor is closed");
+    return lp;
+}
+
+/* ---- transform ---- */
+
+typedef struct tcall {
+    lproc *lp;
+    kinf_object *in;
+    kinf_object *out;
+    char *errbuf;
+    size_t errlen;
+} tcall;
+
+static int transform_protected(lua_State *L)
+{
+    tcall *c = lua_touserdata(L, 1);
+    kinf_object *obj;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->lp->transform_ref);
+    kl_push_decoded(L, c->in);
+    lua_call(L, 1, 1);
+    if (!lua_istable(L, -1)) {
+        kinf_errmsg(c->errbuf, c->errlen, "transform returned %s, expected an object",
+                    luaL_typename(L, -1));
+        return 0;
+    }
+    obj = kl_to_object(L, -1, 1, "transform", c->errbuf, c->errlen);
+    if (obj != NULL)
+        c->out = kinf_object_ref(obj);
+    return 0;
+}
+
+static kinf_err transform_cb(void *ud, kinf_object *in, kinf_object **out, char *errbuf,
+                             size_t errlen)
+{
+    lproc *lp = ud;
+    lua_State *L = lp->L;
+    tcall c = {lp, in, NULL, errbuf, errlen};
+    int top = lua_gettop(L);
+
+    errbuf[0] = '\0';
+    if (!lua_checkstack(L, 8))
+        return KINF_ENOMEM;
+    lua_pushcfunction(L, transform_protected);
+    lua_pushlightuserdata(L, &c);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        kinf_errmsg(errbuf, errlen, "raised: %s",
+                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        lua_settop(L, top);
+        kinf_object_unref(c.out);
+        return KINF_EINVAL;
+    }
+    lua_settop(L, top);
+    *out = c.out;
+    return c.out != NULL ? KINF_OK : KINF_EINVAL;
+}
+
+/* ---- dispatch ---- */
+
+enum { UV_FIFO = 1, UV_STORE = 2 };
+
+/* Protected: the loop. Stack: proc, max, sink, uservalue, store userdata. */
+static int dispatch_protected(lua_State *L)
+{
+    lproc *lp = lua_touserdata(L, 1);
+    lua_Integer max = lua_tointeger(L, 2);
+    int has_sink = !lua_isnil(L, 3);
+    kinf_informer_step step = {lp->fifo, lp->store, NULL, lp};
+    lua_Integer n = 0;
+    char msg[320];
+
+    if (lp->transform_ref != LUA_NOREF)
+        step.transform = transform_cb;
+    while (n < max) {
+        kinf_err err;
+        kinf_notifications_clear(&lp->notes);
+        err = kinf_informer_pop(&step, 0, &lp->notes, msg, sizeof(msg));
+        if (err == KINF_ETIMEDOUT || err == KINF_ECLOSED)
+            break;
+        if (err == KINF_EBUSY)
+            return luaL_error(L, "kinformer: the informer's queue is busy (dispatch re-entered)");
+        n++;
+        lp->items++;
+        if (err != KINF_OK) {
+            lp->errors++;
+            kinf_errmsg(lp->last_error, sizeof(lp->last_error), "%s", msg);
+            kl_log(L, "error", msg);
+            if (err == KINF_ENOMEM)
+                break; /* requeued; try again at the next dispatch */
+        }
+        for (size_t i = 0; i < lp->notes.n; i++) {
+            kinf_notification *note = &lp->notes.v[i];
+            if (note->old != NULL && note->old != note->obj)
+                kl_store_unpin(L, 5, note->old);
+            if (note->kind == KINF_EVENT_ADD)
+                lp->adds++;
+            else if (note->kind == KINF_EVENT_UPDATE)
+                lp->updates++;
+            else
+                lp->deletes++;
+            if (!has_sink)
+                continue;
+            lua_pushvalue(L, 3);
+            lua_pushinteger(L, note->kind);
+            kl_push_object(L, note->obj);
+            if (note->kind == KINF_EVENT_UPDATE)
+                kl_push_object(L, note->old);
+            else
+                lua_pushnil(L);
+            lua_pushboolean(L, note->is_initial);
+            /* An update that kept the resourceVersion is a resync (SEMANTICS 5). */
+            lua_pushboolean(L, note->kind == KINF_EVENT_UPDATE &&
+                                   strcmp(note->old->resource_version,
+                                          note->obj->resource_version) == 0);
+            lua_call(L, 5, 0);
+        }
+    }
+    kinf_notifications_clear(&lp->notes);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+static int p_dispatch(lua_State *L)
+{
+    lproc *lp = check_proc(L);
+    lua_Integer max = luaL_optinteger(L, 2, 100);
+    lua_State *saved;
+    int rc;
+
+    if (max < 1)
+        kl_argerror(L, 1, "dispatch", "max must be >= 1, got %d", (int)max);
+    if (!lua_isnoneornil(L, 3))
+        luaL_checktype(L, 3, LUA_TFUNCTION);
+    if (lp->in_dispatch)
+        return luaL_error(L, "kinformer: dispatch called from inside a handler");
+    lua_settop(L, 3);
+    luaL_checkstack(L, 12, "kinformer: dispatch");
+    kl_getuservalue(L, 1);           /* 4 */
+    lua_rawgeti(L, 4, UV_STORE);     /* 5 */
+    lua_pushcfunction(L, dispatch_protected);
+    lua_pushlightuserdata(L, lp);
+    lua_pushinteger(L, max);
+    lua_pushvalue(L, 3);
+    lua_pushvalue(L, 4);
+    lua_pushvalue(L, 5);
+
+    kinf_wakeup_clear(lp->wake);
+    lp->in_dispatch = 1;
+    lp->L = L;
+    saved = kl_store_set_state(L, 5, L);
+    rc = lua_pcall(L, 5, 1, 0);
+    kl_store_set_state(L, 5, saved);
+    lp->in_dispatch = 0;
+    if (kinf_fifo_len(lp->fifo) > 0)
+        kinf_wakeup_signal(lp->wake); /* level-triggered: work is left */
+    if (rc != LUA_OK) {
+        kinf_notifications_clear(&lp->notes);
+        return lua_error(L);
+    }
+    return 1;
+}
+
+static int p_fd(lua_State *L)
+{
+    lua_pushinteger(L, kinf_wakeup_fd(check_proc(L)->wake));
+    return 1;
+}
+
+static int p_signal(lua_State *L)
+{
+    kinf_wakeup_signal(check_proc(L)->wake);
+    return 0;
+}
+
+static void set_count(lua_State *L, const char *k, unsigned long v)
+{
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}
+
+static int p_status(lua_State *L)
+{
+    lproc *lp = check_proc(L);
+    lua_createtable(L, 0, 8);
+    set_count(L, "items", lp->items);
+    set_count(L, "adds", lp->adds);
+    set_count(L, "updates", lp->updates);
+    set_count(L, "deletes", lp->deletes);
+    set_count(L, "errors", lp->errors);
+    set_count(L, "queue_length", (unsigned long)kinf_fifo_len(lp->fifo));
+    if (lp->last_error[0]) {
+        lua_pushstring(L, lp->last_error);
+        lua_setfield(L, -2, "last_error");
+    }
+    return 1;
+}
+
+static int p_gc(lua_State *L)
+{
+    lproc *lp = luaL_checkudata(L, 1, PROC_MT);
+    if (lp->fifo == NULL)
+        return 0;
+    kinf_fifo_set_notify(lp->fifo, NULL, NULL);
+    kinf_notifications_free(&lp->notes);
+    kinf_fifo_unref(lp->fifo);
+    kinf_store_unref(lp->store);
+    kinf_wakeup_free(lp->wake);
+    lp->fifo = NULL;
+    lp->store = NULL;
+    lp->wake = NULL;
+    luaL_unref(L, LUA_REGISTRYINDEX, lp->transform_ref);
+    lp->transform_ref = LUA_NOREF;
+    return 0;
+}
+
+static int p_close(lua_State *L)
+{
+    lproc *lp = luaL_checkudata(L, 1, PROC_MT);
+    if (lp->in_dispatch)
+        return luaL_error(L, "kinformer: cannot close an informer from inside its handler");
+    return p_gc(L);
+}
+
+/* core.processor(fifo, store [, transform]) */
+int kl_new_processor(lua_State *L)
+{
+    kinf_fifo *fifo = kl_test_fifo(L, 1);
+    kinf_store *store = kl_test_store(L, 2);
+    lproc *lp;
+    kinf_err err;
+
+    if (fifo == NULL)
+        kl_argerror(L, 1, "processor", "kinformer.delta_fifo expected");
+    if (store == NULL)
+        kl_argerror(L, 2, "processor", "open kinformer.store expected");
+    if (!lua_isnoneornil(L, 3))
+        luaL_checktype(L, 3, LUA_TFUNCTION);
+    lua_settop(L, 3);
+    lp = kl_newuserdata(L, sizeof(*lp)); /* 4 */
+    memset(lp, 0, sizeof(*lp));
+    lp->transform_ref = LUA_NOREF;
+    luaL_setmetatable(L, PROC_MT);
+    lua_createtable(L, 2, 0);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, UV_FIFO);
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, -2, UV_STORE);
+    kl_setuservalue(L, 4);
+    lp->wake = kinf_wakeup_new(&err);
+    if (lp->wake == NULL)
+        return kl_fail(L, err, "cannot create the informer's eventfd");
+    lp->fifo = kinf_fifo_ref(fifo);
+    lp->store = kinf_store_ref(store);
+    if (!lua_isnil(L, 3)) {
+        lua_pushvalue(L, 3);
+        lp->transform_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    kl_store_set_readonly(L, 2);
+    kinf_fifo_set_notify(fifo, kinf_wakeup_notify, lp->wake);
+    if (kinf_fifo_len(fifo) > 0)
+        kinf_wakeup_signal(lp->wake);
+    lua_settop(L, 4);
+    return 1;
+}
+
+/* ---- the blocking loop's helpers: a monotonic clock, poll with signals ---- */
+
+static int l_now(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+    return 1;
+}
+
+/* SIGINT/SIGTERM caught while kinformer.run is active: the handler only records the signal and
+ * writes a byte to a pipe that wait() polls (async-signal-safe). */
+static volatile sig_atomic_t caught;
+static int sig_pipe[2] = {-1, -1};
+static struct sigaction saved_int, saved_term;
+static int catching;
+
+static void on_signal(int sig)
+{
+    int saved_errno = errno;
+    caught = sig;
+    if (sig_pipe[1] >= 0) {
+        ssize_t rc = write(sig_pipe[1], "s", 1);
+        (void)rc;
+    }
+    errno = saved_errno;
+}
+
+/* catch_signals(true | false): install / restore the handlers. */
+static int l_catch_signals(lua_State *L)
+{
+    int on = lua_toboolean(L, 1);
+    if (on && !catching) {
+        struct sigaction sa;
+        if (sig_pipe[0] < 0) {
+            if (pipe(sig_pipe) != 0)
+                return kl_fail(L, KINF_EIO, "cannot create the signal pipe");
+            for (int i = 0; i < 2; i++) {
+                fcntl(sig_pipe[i], F_SETFL, fcntl(sig_pipe[i], F_GETFL) | O_NONBLOCK);
+                fcntl(sig_pipe[i], F_SETFD, FD_CLOEXEC);
+            }
+        }
+        caught = 0;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &saved_int);
+        sigaction(SIGTERM, &sa, &saved_term);
+        catching = 1;
+    } else if (!on && catching) {
+        sigaction(SIGINT, &saved_int, NULL);
+        sigaction(SIGTERM, &saved_term, NULL);
+        catching = 0;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* wait({fd, ...}, timeout) -> "ready" | "timeout" | "signal", signal name */
+static int l_wait(lua_State *L)
+{
+    struct pollfd pfd[65];
+    double timeout = luaL_checknumber(L, 2);
+    int n = 0, ms, rc;
+    char drain[16];
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    for (int i = 1; n < 64; i++) {
+        lua_rawgeti(L, 1, i);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            break;
+        }
+        pfd[n].fd = (int)luaL_checkinteger(L, -1);
+        pfd[n].events = POLLIN;
+        pfd[n].revents = 0;
+        n++;
+        lua_pop(L, 1);
+    }
+    if (catching) {
+        pfd[n].fd = sig_pipe[0];
+        pfd[n].events = POLLIN;
+        pfd[n].revents = 0;
+        n++;
+    }
+    ms = timeout <= 0 ? 0 : (int)(timeout * 1000.0 + 0.999);
+    if (caught == 0)
+        rc = poll(pfd, (nfds_t)n, ms);
+    else
+        rc = 0;
+    if (caught != 0) {
+        int sig = caught;
+        while (sig_pipe[0] >= 0 && read(sig_pipe[0], drain, sizeof(drain)) > 0)
+            ;
+        caught = 0;
+        lua_pushstring(L, "signal");
+        lua_pushstring(L, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
+        return 2;
+    }
+    if (rc < 0 && errno != EINTR)
+        return kl_fail(L, KINF_EIO, strerror(errno));
+    lua_pushstring(L, rc > 0 ? "ready" : "timeout");
+    return 1;
+}
+
+void kl_open_loop(lua_State *L)
+{
+    lua_pushcfunction(L, l_now);
+    lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, l_catch_signals);
+    lua_setfield(L, -2, "catch_signals");
+    lua_pushcfunction(L, l_wait);
+    lua_setfield(L, -2, "wait");
+}
+
+static const luaL_Reg METHODS[] = {
+    {"dispatch", p_dispatch},
+    {"fd", p_fd},
+    {"signal", p_signal},
+    {"status", p_status},
+    {"close", p_close},
+    {NULL, NULL},
+};
+
+static const luaL_Reg META[] = {
+    {"__gc", p_gc},
+    {NULL, NULL},
+};
+
+void kl_open_informer(lua_State *L)
+{
+    kl_new_class(L, PROC_MT, METHODS, META);
+}
