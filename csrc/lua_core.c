@@ -19,6 +19,7 @@ static const char DECODE_KEY = 0;    /* cjson decode */
 static const char LOGGER_KEY = 0;    /* the logger function, if set */
 static const char REQUEUE_KEY = 0;   /* the REQUEUE sentinel */
 static const char LAZY_KEY = 0;      /* the metatable of lazily decoded objects */
+static const char READONLY_KEY = 0;  /* the metatable of objects decoded whole (LuaJIT) */
 
 #define BOX_MT "kinformer.record"
 #define GUARD_MT "kinformer.guard"
@@ -285,7 +286,9 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
         lua_setmetatable(L, -2);
     } else {
-        decode_record(L, obj);
+        decode_record(L, obj); /* whole, but read-only all the same */
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
+        lua_setmetatable(L, -2);
     }
     b = push_box(L, 0);
     b->obj = kinf_object_ref(obj);
@@ -699,6 +702,13 @@ int luaopen_kinformer_core(lua_State *L)
     lua_pushstring(L, "kinformer.object");
     lua_setfield(L, -2, "__name");
     kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
+
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, lazy_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushstring(L, "kinformer.object");
+    lua_setfield(L, -2, "__name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
 
     lua_createtable(L, 0, 1);
     lua_pushstring(L, "kinformer.tombstone");

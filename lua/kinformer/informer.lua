@@ -23,13 +23,19 @@ local type, pairs, ipairs, pcall, error, tostring, select = type, pairs, ipairs,
   tostring, select
 local setmetatable, string_format, math_min, math_huge = setmetatable, string.format, math.min,
   math.huge
-local now, wait = core.now, core.wait
+local now, wait = core.now, core.wait -- now: replaceable by set_clock (tests)
 local log = core.log
 
 local ADD, UPDATE, DELETE = 1, 2, 3
 local MIN_RESYNC = 1.0 -- client-go's minimumResyncPeriod
 
 local _M = {}
+
+--- For tests (client-go's fake clock): set_clock(fn) makes resync timing read fn() instead of the
+-- monotonic clock; set_clock(nil) restores it.
+function _M.set_clock(fn)
+  now = fn or core.now
+end
 
 local Informer = {}
 Informer.__index = Informer
@@ -115,7 +121,7 @@ local function deliver(self, reg, kind, obj, old, initial)
     if fn then ok, err = pcall(fn, obj) end
   end
   if fn and not ok then
-    reg.errors = reg.errors + 1
+    reg._errors = reg._errors + 1
     self._handler_errors = self._handler_errors + 1
     local what = kind == ADD and "on_add" or kind == UPDATE and "on_update" or "on_delete"
     local msg = string_format("informer %s: handler #%d %s raised: %s", self._name, reg.id, what,
@@ -170,11 +176,11 @@ end
 function Informer:_should_resync(t)
   local any = false
   for _, reg in ipairs(self._handlers) do
-    local due = reg.resync_period > 0 and t >= reg.next_resync
+    local due = reg._resync_period > 0 and t >= reg.next_resync
     reg.syncing = due
     if due then
       any = true
-      reg.next_resync = t + reg.resync_period
+      reg.next_resync = t + reg._resync_period
     end
   end
   return any
@@ -251,7 +257,7 @@ function Informer:add_handler(h)
       else
         self._resync_check = resync
         for _, r in ipairs(self._handlers) do
-          r.resync_period = determine_resync(r.requested_resync, resync, self._name)
+          r._resync_period = determine_resync(r.requested_resync, resync, self._name)
         end
       end
     end
@@ -262,10 +268,10 @@ function Informer:add_handler(h)
     informer = self, id = self._next_id,
     on_add = h.on_add, on_update = h.on_update, on_delete = h.on_delete,
     requested_resync = resync,
-    resync_period = determine_resync(resync, self._resync_check, self._name),
-    syncing = true, errors = 0, qpos = 1,
+    _resync_period = determine_resync(resync, self._resync_check, self._name),
+    syncing = true, _errors = 0, qpos = 1,
   }, Registration)
-  reg.next_resync = t + reg.resync_period
+  reg.next_resync = t + reg._resync_period
   if self._started then
     -- The replay: every stored object as an initial add, before any live event.
     local q = {}
@@ -305,7 +311,12 @@ end
 
 --- The number of times this handler raised.
 function Registration:errors()
-  return self.errors
+  return self._errors
+end
+
+--- The resync period this handler got (seconds; 0: never), after client-go's adjustments.
+function Registration:resync_period()
+  return self._resync_period
 end
 
 -- ---- indexes and the store ----
@@ -365,6 +376,11 @@ end
 function Informer:last_sync_resource_version()
   if not self._started then return "" end
   return self._reflector:last_sync_resource_version()
+end
+
+--- informer:resync_check_period() -> seconds (0: the informer never resyncs).
+function Informer:resync_check_period()
+  return self._resync_check
 end
 
 --- informer:fd() -> a file descriptor that is readable while work is pending (for event loops).
