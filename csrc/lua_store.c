@@ -3,7 +3,9 @@
  *
  * The userdata's uservalue table holds [PINNED] record address -> table for every stored record
  * whose table was handed out or handed in (so repeated gets return the same table without
- * decoding), and [FNS] slot -> Lua index function. Pinned entries are dropped in the same call
+ * decoding), [BYKEY] key -> that same table for keys read with get_by_key (get's fast path: no
+ * C call at all), and [FNS] slot -> Lua index function. Both caches lose a record's entry in
+ * the write that replaces or removes it (unpin); replace empties them. Pinned entries are dropped in the same call
  * that removes their record from the store, before the record's last reference can go away.
  *
  * Index functions are called by the core during writes (and store:index) on this thread; each
@@ -17,7 +19,7 @@
 #include "lua_kinf.h"
 #include "store.h"
 
-enum { PINNED = 1, FNS = 2 };
+enum { PINNED = 1, FNS = 2, BYKEY = 3 };
 
 typedef struct lindex {
     struct lstore *owner;
@@ -184,7 +186,11 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     lua_rawgeti(L, uv, PINNED);
     lua_pushnil(L);
     kl_rawsetp(L, -2, obj);
-    lua_pop(L, 1);
+    lua_rawgeti(L, uv, BYKEY);
+    lua_pushlstring(L, obj->key, obj->key_len);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 2);
 }
 
 void kl_store_unpin(lua_State *L, int idx, kinf_object *obj)
@@ -339,6 +345,8 @@ static int s_replace(lua_State *L)
     if (err == KINF_OK || err == KINF_EINDEX) {
         lua_pushvalue(L, 5);
         lua_rawseti(L, 3, PINNED);
+        lua_newtable(L);
+        lua_rawseti(L, 3, BYKEY);
     }
     return write_result(L, "replace", err, msg);
 }
@@ -353,7 +361,14 @@ static int s_get_by_key(lua_State *L)
 
     lua_settop(L, 2);
     uv = begin(L);
-    g = kl_push_guard(L); /* before taking a reference: pushing can raise */
+    /* Fast path: the table handed out for this key, kept until a write replaces the record. */
+    lua_rawgeti(L, uv, BYKEY); /* 4 */
+    lua_pushvalue(L, 2);
+    lua_rawget(L, 4); /* 5 */
+    if (!lua_isnil(L, 5))
+        return 1;
+    lua_settop(L, 4);
+    g = kl_push_guard(L); /* 5; before taking a reference: pushing can raise */
     g->objs = g->one;
     g->objs[0] = kinf_store_get(ls->store, key, len);
     if (g->objs[0] == NULL) {
@@ -364,6 +379,9 @@ static int s_get_by_key(lua_State *L)
     g->n = 1;
     push_pinned(L, uv, g->objs[0]);
     kl_guard_release(g);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 4); /* bykey[key] = table */
     return 1;
 }
 
@@ -637,13 +655,15 @@ int kl_new_store(lua_State *L)
     memset(ls, 0, sizeof(*ls));
     luaL_setmetatable(L, KL_STORE_MT);
     ls->fns_ref = LUA_NOREF;
-    lua_createtable(L, 2, 0);
+    lua_createtable(L, 3, 0);
     lua_newtable(L);
     lua_rawseti(L, -2, PINNED);
     lua_newtable(L);
     lua_pushvalue(L, -1);
     ls->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_rawseti(L, -2, FNS);
+    lua_newtable(L);
+    lua_rawseti(L, -2, BYKEY);
     kl_setuservalue(L, 2);
     ls->store = kinf_store_new(with_ns, &err);
     if (ls->store == NULL)

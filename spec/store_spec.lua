@@ -95,6 +95,26 @@ describe("store", function()
     end)
   end
 
+  it("get_by_key's cache follows every write of the key", function()
+    local s = kinformer.store()
+    local a1 = { metadata = { namespace = "ns", name = "a" }, val = 1 }
+    s:add(a1)
+    assert.equal(a1, s:get_by_key("ns/a"))
+    assert.equal(a1, s:get("ns/a"))
+    local a2 = { metadata = { namespace = "ns", name = "a" }, val = 2 }
+    s:update(a2)
+    assert.equal(a2, s:get_by_key("ns/a"))
+    s:delete(a2)
+    assert.is_nil(s:get_by_key("ns/a"))
+    s:add(a1)
+    assert.equal(a1, s:get_by_key("ns/a"))
+    local a3 = { metadata = { namespace = "ns", name = "a" }, val = 3 }
+    s:replace({ a3 })
+    assert.equal(a3, s:get_by_key("ns/a"))
+    s:replace({})
+    assert.is_nil(s:get_by_key("ns/a"))
+  end)
+
   it("delete of an absent key does nothing; delete takes a tombstone's key", function()
     local store = kinformer.store()
     assert.is_true(store:delete(mk("nope")))
