@@ -5,11 +5,18 @@
  * say (kinf_reflector_io_tick), run curl_multi_perform, hand finished transfers back to their
  * reflector (kinf_reflector_io_done), then sleep in curl_multi_poll until a socket is ready,
  * the nearest reflector deadline passes, or another thread calls curl_multi_wakeup.
+ *
+ * Authentication and TLS are set per request in kinf_client_easy from the credentials object
+ * (credentials.c) and the copied configuration. A finished transfer whose status is 401 marks
+ * the credential generation it carried as stale before its reflector sees the result; the
+ * reflector's normal error path (backoff, then a new request) then picks up a refreshed token.
  */
 #include "client.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,13 +24,22 @@
 #include "reflector.h"
 
 #define MAX_REFLECTORS_PER_CLIENT 4096
+#define PEM_CHECK_MAX (1024 * 1024) /* bytes of a PEM file read at creation to check it */
 
 struct kinf_client {
     atomic_long refs;
-    char *server, *ca_file, *user_agent;
-    struct curl_slist *headers; /* Authorization lives here and in no other place */
+    char *server;               /* as configured, trailing slashes dropped (no secrets) */
+    char *base;                 /* what request URLs start with: server, or with
+                                   tls_server_name as the host */
+    char *host;                 /* the name TLS verifies, for messages */
+    char *user_agent, *proxy;
+    char *ca_file, *cert_file, *key_file;
+    char *ca_data, *cert_data, *key_data; /* PEM; key_data is wiped when freed */
+    struct curl_slist *headers; /* Accept (and Host with tls_server_name); no secrets */
+    struct curl_slist *connect_to; /* tls_server_name: the URL's real host and port */
     int insecure;
     long connect_timeout_ms;
+    kinf_creds *creds;          /* I/O thread once the thread runs (creation before) */
 
     pthread_mutex_t mu;
     pthread_cond_t changed;     /* signalled when a detach completes */
@@ -38,16 +54,269 @@ struct kinf_client {
     unsigned long detach_done;  /* [mu] generation counter for waiters */
 };
 
-static char *dup_or_null(const char *s)
+/* What the client keeps per transfer (CURLOPT_PRIVATE): the reflector's pointer, the
+ * credential generation the request was sent with (a 401 invalidates exactly that one) and
+ * libcurl's error detail. Freed by kinf_client_remove. */
+typedef struct xfer {
+    void *priv;
+    unsigned long cred_gen;
+    char errbuf[CURL_ERROR_SIZE];
+} xfer;
+
+static void wipe_free(char *s)
 {
-    return s ? strdup(s) : NULL;
+    if (s != NULL) {
+        volatile char *v = s;
+        while (*v)
+            *v++ = 0;
+        free(s);
+    }
+}
+
+static char *dup_opt(const char *s, int *failed)
+{
+    char *d;
+    if (s == NULL || s[0] == '\0')
+        return NULL;
+    if ((d = strdup(s)) == NULL)
+        *failed = 1;
+    return d;
+}
+
+/* Whether marker occurs in buf[0..n) (which may hold NULs: strstr would stop there). */
+static int has_marker(const char *buf, size_t n, const char *marker)
+{
+    size_t m = strlen(marker);
+    for (size_t i = 0; i + m <= n; i++)
+        if (buf[i] == marker[0] && memcmp(buf + i, marker, m) == 0)
+            return 1;
+    return 0;
+}
+
+/* The file exists, is readable and its first MiB holds `marker`. */
+static kinf_err check_pem_file(const char *path, const char *what, const char *marker,
+                               char *errbuf, size_t errlen)
+{
+    FILE *f;
+    char *buf;
+    size_t n;
+    kinf_err err = KINF_OK;
+
+    if ((f = fopen(path, "rbe")) == NULL) {
+        kinf_errmsg(errbuf, errlen, "%s %s: %s", what, path, strerror(errno));
+        return KINF_EIO;
+    }
+    if ((buf = malloc(PEM_CHECK_MAX + 1)) == NULL) {
+        fclose(f);
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        return KINF_ENOMEM;
+    }
+    n = fread(buf, 1, PEM_CHECK_MAX, f);
+    if (ferror(f)) {
+        kinf_errmsg(errbuf, errlen, "%s %s: %s", what, path, strerror(errno));
+        err = KINF_EIO;
+    } else {
+        buf[n] = '\0';
+        if (!has_marker(buf, n, marker)) {
+            kinf_errmsg(errbuf, errlen, "%s %s: no PEM %s in it", what, path,
+                        marker[0] == 'P' ? "private key" : "certificate");
+            err = KINF_EPARSE;
+        }
+    }
+    {
+        volatile char *v = buf;
+        for (size_t i = 0; i < n; i++)
+            v[i] = 0;
+    }
+    free(buf);
+    fclose(f);
+    return err;
+}
+
+static kinf_err check_pem_data(const char *data, const char *what, const char *marker,
+                               char *errbuf, size_t errlen)
+{
+    if (strstr(data, marker) == NULL) {
+        kinf_errmsg(errbuf, errlen, "%s: no PEM %s in it", what,
+                    marker[0] == 'P' ? "private key" : "certificate");
+        return KINF_EPARSE;
+    }
+    return KINF_OK;
+}
+
+#define PEM_CERT "-----BEGIN CERTIFICATE-----"
+#define PEM_KEY "PRIVATE KEY-----"
+
+/* Checks the TLS material: files readable and PEM, a certificate only with its key. */
+static kinf_err check_tls(const kinf_client_config *cfg, char *errbuf, size_t errlen)
+{
+    kinf_err err = KINF_OK;
+    int has_cert = (cfg->client_cert_data && cfg->client_cert_data[0]) ||
+                   (cfg->client_cert_file && cfg->client_cert_file[0]);
+    int has_key = (cfg->client_key_data && cfg->client_key_data[0]) ||
+                  (cfg->client_key_file && cfg->client_key_file[0]);
+    if (has_cert != has_key) {
+        kinf_errmsg(errbuf, errlen, "a client certificate needs a client key and a key needs "
+                    "a certificate");
+        return KINF_EINVAL;
+    }
+    if (cfg->ca_data && cfg->ca_data[0])
+        err = check_pem_data(cfg->ca_data, "CA data", PEM_CERT, errbuf, errlen);
+    else if (cfg->ca_file && cfg->ca_file[0])
+        err = check_pem_file(cfg->ca_file, "CA file", PEM_CERT, errbuf, errlen);
+    if (err == KINF_OK) {
+        if (cfg->client_cert_data && cfg->client_cert_data[0])
+            err = check_pem_data(cfg->client_cert_data, "client certificate data", PEM_CERT,
+                                 errbuf, errlen);
+        else if (has_cert)
+            err = check_pem_file(cfg->client_cert_file, "client certificate file", PEM_CERT,
+                                 errbuf, errlen);
+    }
+    if (err == KINF_OK) {
+        if (cfg->client_key_data && cfg->client_key_data[0])
+            err = check_pem_data(cfg->client_key_data, "client key data", PEM_KEY, errbuf,
+                                 errlen);
+        else if (has_key)
+            err = check_pem_file(cfg->client_key_file, "client key file", PEM_KEY, errbuf,
+                                 errlen);
+    }
+    return err;
+}
+
+/* tls_server_name: requests go to https://NAME:PORT/prefix (so libcurl sends NAME in SNI and
+ * verifies the certificate against it) while CURLOPT_CONNECT_TO sends the connection to the
+ * configured host, and the Host header keeps the configured authority. */
+static kinf_err setup_server_name(kinf_client *c, const char *name, char *errbuf, size_t errlen)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL, *explicit_port = NULL, *url = NULL;
+    char *line = NULL;
+    size_t n;
+    kinf_err err = KINF_ENOMEM;
+    struct curl_slist *more;
+
+    if (u == NULL)
+        goto out;
+    if (curl_url_set(u, CURLUPART_URL, c->server, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+        kinf_errmsg(errbuf, errlen, "server URL %s cannot be parsed", c->server);
+        err = KINF_EINVAL;
+        goto out;
+    }
+    if (strcmp(scheme, "https") != 0) {
+        kinf_errmsg(errbuf, errlen, "tls_server_name needs an https:// server");
+        err = KINF_EINVAL;
+        goto out;
+    }
+    (void)curl_url_get(u, CURLUPART_PORT, &explicit_port, 0); /* NULL when none */
+    if (strpbrk(name, ":/@?#[] ") != NULL || curl_url_set(u, CURLUPART_HOST, name, 0) != CURLUE_OK) {
+        kinf_errmsg(errbuf, errlen, "tls_server_name \"%.100s\" is not a host name", name);
+        err = KINF_EINVAL;
+        goto out;
+    }
+    if (curl_url_get(u, CURLUPART_URL, &url, 0) != CURLUE_OK)
+        goto out;
+    free(c->base);
+    if ((c->base = strdup(url)) == NULL)
+        goto out;
+    n = strlen(c->base);
+    while (n > 0 && c->base[n - 1] == '/')
+        c->base[--n] = '\0';
+    n = strlen(name) + strlen(host) + 2 * strlen(port) + 16;
+    if ((line = malloc(n)) == NULL)
+        goto out;
+    snprintf(line, n, "%s:%s:%s:%s", name, port, host, port);
+    if ((more = curl_slist_append(c->connect_to, line)) == NULL)
+        goto out;
+    c->connect_to = more;
+    snprintf(line, n, "Host: %s%s%s", host, explicit_port ? ":" : "",
+             explicit_port ? explicit_port : "");
+    if ((more = curl_slist_append(c->headers, line)) == NULL)
+        goto out;
+    c->headers = more;
+    free(c->host);
+    if ((c->host = strdup(name)) == NULL)
+        goto out;
+    err = KINF_OK;
+out:
+    if (err == KINF_ENOMEM)
+        kinf_errmsg(errbuf, errlen, "out of memory");
+    free(line);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_free(explicit_port);
+    curl_free(url);
+    curl_url_cleanup(u);
+    return err;
+}
+
+/* The URL's host, for messages ("" when it cannot be parsed). */
+static char *url_host(const char *server)
+{
+    CURLU *u = curl_url();
+    char *host = NULL, *copy;
+    if (u != NULL && curl_url_set(u, CURLUPART_URL, server, 0) == CURLUE_OK)
+        (void)curl_url_get(u, CURLUPART_HOST, &host, 0);
+    copy = strdup(host ? host : "");
+    curl_free(host);
+    curl_url_cleanup(u);
+    return copy;
+}
+
+/* A password in the proxy URL is a secret like the others: messages never show it (in its
+ * decoded nor in its percent-encoded form). */
+static kinf_err add_proxy_secret(kinf_client *c)
+{
+    static const unsigned int forms[] = {CURLU_URLDECODE, 0};
+    CURLU *u = curl_url();
+    kinf_err err = KINF_OK;
+
+    if (u == NULL)
+        return KINF_ENOMEM;
+    if (curl_url_set(u, CURLUPART_URL, c->proxy, CURLU_GUESS_SCHEME) == CURLUE_OK) {
+        for (size_t i = 0; i < 2 && err == KINF_OK; i++) {
+            char *pw = NULL;
+            if (curl_url_get(u, CURLUPART_PASSWORD, &pw, forms[i]) == CURLUE_OK && pw != NULL) {
+                volatile char *v = pw;
+                err = kinf_creds_add_secret(c->creds, pw);
+                while (*v)
+                    *v++ = 0;
+            }
+            curl_free(pw);
+        }
+    }
+    curl_url_cleanup(u);
+    return err;
+}
+
+static void client_free_config(kinf_client *c)
+{
+    curl_slist_free_all(c->headers);
+    curl_slist_free_all(c->connect_to);
+    kinf_creds_free(c->creds);
+    free(c->server);
+    free(c->base);
+    free(c->host);
+    free(c->user_agent);
+    wipe_free(c->proxy); /* may carry proxy credentials */
+    free(c->ca_file);
+    free(c->cert_file);
+    free(c->key_file);
+    free(c->ca_data);
+    free(c->cert_data);
+    wipe_free(c->key_data);
 }
 
 kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char *errbuf,
                              size_t errlen)
 {
     kinf_client *c;
+    kinf_creds_config cc;
     size_t len;
+    int failed = 0;
 
     if (cfg == NULL || cfg->server == NULL ||
         (strncmp(cfg->server, "http://", 7) != 0 && strncmp(cfg->server, "https://", 8) != 0)) {
@@ -55,6 +324,8 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
         *err = KINF_EINVAL;
         return NULL;
     }
+    if ((*err = check_tls(cfg, errbuf, errlen)) != KINF_OK)
+        return NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         kinf_errmsg(errbuf, errlen, "libcurl initialisation failed");
         *err = KINF_EIO;
@@ -65,32 +336,41 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
         goto nomem;
     atomic_init(&c->refs, 1);
     c->server = strdup(cfg->server);
-    c->ca_file = dup_or_null(cfg->ca_file);
     c->user_agent = strdup(cfg->user_agent ? cfg->user_agent : "kinformer/0.1");
-    if (c->server == NULL || c->user_agent == NULL || (cfg->ca_file && c->ca_file == NULL))
+    if (c->server == NULL || c->user_agent == NULL)
         goto nomem;
     len = strlen(c->server);
     while (len > 0 && c->server[len - 1] == '/')
         c->server[--len] = '\0';
+    c->base = strdup(c->server);
+    c->host = url_host(c->server);
+    c->proxy = dup_opt(cfg->proxy, &failed);
+    c->ca_data = dup_opt(cfg->ca_data, &failed);
+    c->ca_file = c->ca_data ? NULL : dup_opt(cfg->ca_file, &failed);
+    c->cert_data = dup_opt(cfg->client_cert_data, &failed);
+    c->cert_file = c->cert_data ? NULL : dup_opt(cfg->client_cert_file, &failed);
+    c->key_data = dup_opt(cfg->client_key_data, &failed);
+    c->key_file = c->key_data ? NULL : dup_opt(cfg->client_key_file, &failed);
+    if (failed || c->base == NULL || c->host == NULL)
+        goto nomem;
     c->insecure = cfg->insecure_skip_tls_verify;
     c->connect_timeout_ms = cfg->connect_timeout > 0 ? (long)(cfg->connect_timeout * 1000) : 10000;
     c->headers = curl_slist_append(NULL, "Accept: application/json");
     if (c->headers == NULL)
         goto nomem;
-    if (cfg->token != NULL && cfg->token[0]) {
-        size_t n = strlen(cfg->token) + 32;
-        char *h = malloc(n);
-        struct curl_slist *more;
-        if (h == NULL)
-            goto nomem;
-        kinf_errmsg(h, n, "Authorization: Bearer %s", cfg->token);
-        more = curl_slist_append(c->headers, h);
-        memset(h, 0, n); /* no stray copy of the token */
-        free(h);
-        if (more == NULL)
-            goto nomem;
-        c->headers = more;
-    }
+    if (cfg->tls_server_name && cfg->tls_server_name[0] &&
+        (*err = setup_server_name(c, cfg->tls_server_name, errbuf, errlen)) != KINF_OK)
+        goto fail;
+    memset(&cc, 0, sizeof(cc));
+    cc.token = cfg->token;
+    cc.token_file = cfg->token_file && cfg->token_file[0] ? cfg->token_file : NULL;
+    cc.username = cfg->username && cfg->username[0] ? cfg->username : NULL;
+    cc.password = cfg->password;
+    cc.exec = cfg->exec;
+    if ((c->creds = kinf_creds_new(&cc, err, errbuf, errlen)) == NULL)
+        goto fail;
+    if (c->proxy != NULL && add_proxy_secret(c) != KINF_OK)
+        goto nomem;
     if (pthread_mutex_init(&c->mu, NULL) != 0)
         goto nomem;
     if (pthread_cond_init(&c->changed, NULL) != 0) {
@@ -106,16 +386,14 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
     *err = KINF_OK;
     return c;
 nomem:
+    kinf_errmsg(errbuf, errlen, "out of memory");
+    *err = KINF_ENOMEM;
+fail:
     if (c != NULL) {
-        curl_slist_free_all(c->headers);
-        free(c->server);
-        free(c->ca_file);
-        free(c->user_agent);
+        client_free_config(c);
         free(c);
     }
     curl_global_cleanup();
-    kinf_errmsg(errbuf, errlen, "out of memory");
-    *err = KINF_ENOMEM;
     return NULL;
 }
 
@@ -140,12 +418,9 @@ void kinf_client_unref(kinf_client *c)
         pthread_join(c->thread, NULL);
     }
     curl_multi_cleanup(c->multi);
-    curl_slist_free_all(c->headers);
+    client_free_config(c);
     free(c->attached);
     free(c->detaching);
-    free(c->server);
-    free(c->ca_file);
-    free(c->user_agent);
     pthread_cond_destroy(&c->changed);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -193,7 +468,7 @@ static void *io_thread(void *arg)
     for (;;) {
         double now, next;
         size_t n;
-        int running, timeout_ms, queued;
+        int running, timeout_ms, queued, done = 0;
         CURLMsg *msg;
 
         pthread_mutex_lock(&c->mu);
@@ -227,16 +502,23 @@ static void *io_thread(void *arg)
         curl_multi_perform(c->multi, &running);
         while ((msg = curl_multi_info_read(c->multi, &queued)) != NULL) {
             if (msg->msg == CURLMSG_DONE) {
+                done++;
                 CURL *easy = msg->easy_handle;
                 CURLcode result = msg->data.result;
-                void *priv = NULL;
-                curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&priv);
+                xfer *x = NULL;
+                long code = 0;
+                curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+                curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+                if (code == 401) /* refresh what this request carried before the next one */
+                    kinf_creds_invalidate(c->creds, x->cred_gen);
                 /* io_done removes and cleans up the handle; msg is invalid afterwards. */
-                kinf_reflector_io_done(priv, easy, result);
+                kinf_reflector_io_done(x->priv, easy, result);
             }
         }
         now = monotonic_now();
-        timeout_ms = next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        /* A finished transfer may have scheduled its follow-up (a retry after a short
+         * backoff, the next page) after `next` was computed: tick again before sleeping. */
+        timeout_ms = done || next <= now ? 0 : (int)((next - now) * 1000) + 1;
         if (timeout_ms > 1000)
             timeout_ms = 1000;
         if (timeout_ms > 0)
@@ -311,35 +593,110 @@ void kinf_client_detach(kinf_client *c, kinf_reflector *r)
     kinf_client_unref(c);
 }
 
+/* Records the first setopt failure (an allocation, or an option this libcurl lacks). */
+static void set_check(CURLcode rc, const char *opt, int *failed, char *errbuf, size_t errlen)
+{
+    if (rc == CURLE_OK || *failed)
+        return;
+    *failed = 1;
+    if (rc == CURLE_OUT_OF_MEMORY)
+        kinf_errmsg(errbuf, errlen, "out of memory");
+    else
+        kinf_errmsg(errbuf, errlen, "libcurl refused %s: %s", opt, curl_easy_strerror(rc));
+}
+
+static void set_blob(CURL *easy, CURLoption opt, const char *name, const char *pem, int *failed,
+                     char *errbuf, size_t errlen)
+{
+    struct curl_blob b;
+    b.data = (void *)pem;
+    b.len = strlen(pem);
+    b.flags = CURL_BLOB_COPY;
+    set_check(curl_easy_setopt(easy, opt, &b), name, failed, errbuf, errlen);
+}
+
 CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char *errbuf,
                        size_t errlen)
 {
     CURL *easy = curl_easy_init();
-    size_t n = strlen(c->server) + strlen(path_query) + 1;
-    char *url;
+    xfer *x = calloc(1, sizeof(*x));
+    size_t nb = strlen(c->base), np = strlen(path_query);
+    char *url = malloc(nb + np + 1);
+    kinf_cred cred;
+    int failed = 0;
 
-    if (easy == NULL || (url = malloc(n)) == NULL) {
-        curl_easy_cleanup(easy);
+#define SET(opt, val) set_check(curl_easy_setopt(easy, opt, val), #opt, &failed, errbuf, errlen)
+    if (easy == NULL || x == NULL || url == NULL) {
         kinf_errmsg(errbuf, errlen, "out of memory");
-        return NULL;
+        goto fail;
     }
-    memcpy(url, c->server, strlen(c->server));
-    memcpy(url + strlen(c->server), path_query, strlen(path_query) + 1);
-    curl_easy_setopt(easy, CURLOPT_URL, url); /* curl copies it */
+    if (kinf_creds_get(c->creds, &cred, errbuf, errlen) != KINF_OK)
+        goto fail;
+    x->priv = priv;
+    x->cred_gen = cred.generation;
+    memcpy(url, c->base, nb);
+    memcpy(url + nb, path_query, np + 1);
+    SET(CURLOPT_URL, url); /* curl copies it */
+    SET(CURLOPT_PRIVATE, x);
+    SET(CURLOPT_ERRORBUFFER, x->errbuf);
+    SET(CURLOPT_NOSIGNAL, 1L);
+    SET(CURLOPT_HTTPHEADER, c->headers);
+    SET(CURLOPT_USERAGENT, c->user_agent);
+    SET(CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+    SET(CURLOPT_TCP_KEEPALIVE, 1L);
+    SET(CURLOPT_FOLLOWLOCATION, 0L);
+    SET(CURLOPT_PROTOCOLS_STR, "http,https");
+    /* Credentials go through libcurl's auth options, which copy them and send them to this
+     * host only; nothing of them is in c->headers. */
+    if (cred.token != NULL) {
+        SET(CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        SET(CURLOPT_XOAUTH2_BEARER, cred.token);
+    } else if (cred.username != NULL) {
+        SET(CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        SET(CURLOPT_USERNAME, cred.username);
+        SET(CURLOPT_PASSWORD, cred.password ? cred.password : "");
+    }
+    SET(CURLOPT_SSL_VERIFYPEER, c->insecure ? 0L : 1L);
+    SET(CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L);
+    if (c->ca_data != NULL || c->ca_file != NULL) {
+        /* Only the given CA: not the system bundle nor its directory. */
+        SET(CURLOPT_CAPATH, (char *)NULL);
+        SET(CURLOPT_CAINFO, c->ca_file);
+        if (c->ca_data != NULL)
+            set_blob(easy, CURLOPT_CAINFO_BLOB, "CURLOPT_CAINFO_BLOB", c->ca_data, &failed,
+                     errbuf, errlen);
+    }
+    if (cred.cert_pem != NULL) {
+        set_blob(easy, CURLOPT_SSLCERT_BLOB, "CURLOPT_SSLCERT_BLOB", cred.cert_pem, &failed,
+                 errbuf, errlen);
+        set_blob(easy, CURLOPT_SSLKEY_BLOB, "CURLOPT_SSLKEY_BLOB", cred.key_pem, &failed,
+                 errbuf, errlen);
+    } else {
+        if (c->cert_data != NULL)
+            set_blob(easy, CURLOPT_SSLCERT_BLOB, "CURLOPT_SSLCERT_BLOB", c->cert_data, &failed,
+                     errbuf, errlen);
+        else if (c->cert_file != NULL)
+            SET(CURLOPT_SSLCERT, c->cert_file);
+        if (c->key_data != NULL)
+            set_blob(easy, CURLOPT_SSLKEY_BLOB, "CURLOPT_SSLKEY_BLOB", c->key_data, &failed,
+                     errbuf, errlen);
+        else if (c->key_file != NULL)
+            SET(CURLOPT_SSLKEY, c->key_file);
+    }
+    if (c->connect_to != NULL)
+        SET(CURLOPT_CONNECT_TO, c->connect_to);
+    if (c->proxy != NULL)
+        SET(CURLOPT_PROXY, c->proxy);
+#undef SET
+    if (failed)
+        goto fail;
     free(url);
-    curl_easy_setopt(easy, CURLOPT_PRIVATE, priv);
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(easy, CURLOPT_USERAGENT, c->user_agent);
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
-    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, c->insecure ? 0L : 1L);
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L);
-    if (c->ca_file != NULL)
-        curl_easy_setopt(easy, CURLOPT_CAINFO, c->ca_file);
     return easy;
+fail:
+    curl_easy_cleanup(easy);
+    free(x);
+    free(url);
+    return NULL;
 }
 
 kinf_err kinf_client_add(kinf_client *c, CURL *easy)
@@ -349,8 +706,41 @@ kinf_err kinf_client_add(kinf_client *c, CURL *easy)
 
 void kinf_client_remove(kinf_client *c, CURL *easy)
 {
+    xfer *x = NULL;
     if (easy == NULL)
         return;
-    curl_multi_remove_handle(c->multi, easy);
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    curl_multi_remove_handle(c->multi, easy); /* fine for a handle never added */
     curl_easy_cleanup(easy);
+    free(x);
+}
+
+void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
+                                size_t len)
+{
+    xfer *x = NULL;
+    const char *what = curl_easy_strerror(result), *detail;
+
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    detail = x != NULL && x->errbuf[0] ? x->errbuf : what;
+    switch (result) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+        kinf_errmsg(buf, len, "TLS certificate verification failed for %s: %s", c->host, detail);
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+        kinf_errmsg(buf, len, "TLS handshake with %s failed: %s", c->host, detail);
+        break;
+    case CURLE_SSL_CERTPROBLEM:
+        kinf_errmsg(buf, len, "client certificate or key unusable: %s", detail);
+        break;
+    case CURLE_SSL_CACERT_BADFILE:
+        kinf_errmsg(buf, len, "CA certificate unusable: %s", detail);
+        break;
+    default:
+        if (strcmp(detail, what) == 0)
+            kinf_errmsg(buf, len, "%s", what);
+        else
+            kinf_errmsg(buf, len, "%s: %s", what, detail);
+    }
+    kinf_creds_redact(c->creds, buf, len);
 }

@@ -5,10 +5,19 @@
  * - A client owns one libcurl multi handle driven by one I/O thread, started when the first
  *   reflector attaches (never at creation: nginx creates clients before forking workers) and
  *   stopped when the client is freed. Every transfer of every attached reflector runs there.
- * - Configuration is copied at creation and immutable afterwards. Secrets (token, keys) live
- *   only in the copy and in curl's request headers; they never reach an error message, a log
- *   line or a status.
- * - TLS verification is on unless insecure_skip_tls_verify is set by name.
+ * - Configuration is copied at creation and immutable afterwards; files named in it (token,
+ *   CA, client certificate and key) are checked then, so a missing or unreadable one is an
+ *   error of kinf_client_new. Secrets (token, password, keys) live only in the copy, in the
+ *   credentials object (credentials.h) and in curl's handles; they never reach an error
+ *   message, a log line or a status.
+ * - Credentials are taken from the credentials object for each request (on the I/O thread): a
+ *   token file is re-read when it changes, an exec plugin re-run when its credential expires.
+ *   A response with status 401 marks the credential it was sent with as stale, so the next
+ *   request (the reflector's retry after its backoff) refreshes it first.
+ * - TLS verification is on unless insecure_skip_tls_verify is set by name. With a CA given,
+ *   only that CA is trusted (not the system's). tls_server_name is the name sent in SNI and
+ *   verified; the connection still goes to the URL's host and port, whose authority is also
+ *   the Host header.
  *
  * Threads: kinf_client_new/attach/detach/unref from any thread that is not the I/O thread;
  * functions marked "I/O thread" only from reflector callbacks on the I/O thread.
@@ -20,6 +29,7 @@
 
 #include <curl/curl.h>
 
+#include "credentials.h"
 #include "kinf.h"
 
 typedef struct kinf_client kinf_client;
@@ -27,9 +37,23 @@ typedef struct kinf_reflector kinf_reflector;
 
 typedef struct kinf_client_config {
     const char *server;            /* "http(s)://host[:port][/prefix]", required */
+    /* Authentication: at most one of token, token_file, username/password, exec. */
     const char *token;             /* bearer token or NULL */
-    const char *ca_file;           /* PEM bundle to trust, or NULL for the system's */
+    const char *token_file;        /* bearer token file, re-read when it changes and on 401 */
+    const char *username;          /* HTTP basic auth */
+    const char *password;
+    const kinf_exec_config *exec;  /* exec credential plugin (credentials.h), or NULL */
+    /* TLS. Data is PEM text; data wins over a file given for the same thing. */
+    const char *ca_file;           /* PEM bundle to trust instead of the system's, or NULL */
+    const char *ca_data;
+    const char *client_cert_file;  /* client certificate (with client_key_*) */
+    const char *client_cert_data;
+    const char *client_key_file;
+    const char *client_key_data;
+    const char *tls_server_name;   /* name for SNI and verification instead of the URL's host */
     int insecure_skip_tls_verify;  /* only when asked for by name */
+    const char *proxy;             /* proxy URL (http, https, socks5); NULL: libcurl's default,
+                                      i.e. the *_proxy environment variables */
     double connect_timeout;        /* seconds; 0: 10 s */
     const char *user_agent;        /* NULL: "kinformer/VERSION" */
 } kinf_client_config;
@@ -45,13 +69,21 @@ kinf_err kinf_client_attach(kinf_client *c, kinf_reflector *r);
 /* Takes r back: returns once the I/O thread has aborted r's transfers and forgotten r. */
 void kinf_client_detach(kinf_client *c, kinf_reflector *r);
 
-/* I/O thread: an easy handle for GET server + path_query with auth, TLS and timeouts set, and
- * CURLOPT_PRIVATE = priv. NULL with a message (never holding secrets) on failure. */
+/* I/O thread: an easy handle for GET server + path_query with auth, TLS and timeouts set.
+ * priv is handed back to kinf_reflector_io_done when the transfer ends (CURLOPT_PRIVATE belongs
+ * to the client: do not set it). NULL with a message (never holding secrets) on failure, e.g.
+ * when the exec plugin fails. */
 CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char *errbuf,
                        size_t errlen);
-/* I/O thread: start / abort a transfer made by kinf_client_easy (remove also cleans it up). */
+/* I/O thread: start / abort a transfer made by kinf_client_easy. remove also cleans it up; it
+ * is the only way to dispose of such a handle (added or not). */
 kinf_err kinf_client_add(kinf_client *c, CURL *easy);
 void kinf_client_remove(kinf_client *c, CURL *easy);
+/* I/O thread: a message for a failed transfer (result != CURLE_OK), before it is removed:
+ * libcurl's detail and the server's host, e.g. "TLS certificate verification failed for
+ * 127.0.0.1: SSL certificate problem: self-signed certificate". Secrets are redacted. */
+void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
+                                size_t len);
 /* The server URL as configured (no secrets in it). */
 const char *kinf_client_server(const kinf_client *c);
 

@@ -87,12 +87,86 @@ static void check_known(lua_State *L, int t, const char *const *known, const cha
     }
 }
 
+/* A NULL-terminated array of the strings in the array at t[key] (NULL when absent), living in
+ * a userdata left on the stack (so a later raise frees it); the strings stay referenced by the
+ * options table. Raises for a non-array or a non-string element. */
+static const char *const *opt_string_array(lua_State *L, int t, const char *key,
+                                           const char *fname)
+{
+    const char **v;
+    size_t n;
+    lua_getfield(L, t, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L); /* keep the stack shape: one slot per call */
+        return NULL;
+    }
+    if (lua_type(L, -1) != LUA_TTABLE)
+        kl_argerror(L, 1, fname, "option '%s' must be an array of strings, got %s", key,
+                    luaL_typename(L, -1));
+    n = (size_t)kl_rawlen(L, -1);
+    v = lua_newuserdata(L, (n + 1) * sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, -2, (int)i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            kl_argerror(L, 1, fname, "option '%s' must be an array of strings (item %d is %s)",
+                        key, (int)i + 1, luaL_typename(L, -1));
+        v[i] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    v[n] = NULL;
+    lua_remove(L, -2); /* the table stays referenced by the options table */
+    return v;
+}
+
+/* The exec option: { command =, args = {...}, env = {"NAME=VALUE", ...}, api_version =,
+ * install_hint =, timeout = }. Leaves two array userdata (or nils) on the stack. */
+static const kinf_exec_config *opt_exec(lua_State *L, int t, kinf_exec_config *x)
+{
+    static const char *const known[] = {"command", "args", "env", "api_version",
+                                        "install_hint", "timeout", NULL};
+    int e;
+    lua_getfield(L, t, "exec");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    if (lua_type(L, -1) != LUA_TTABLE)
+        kl_argerror(L, 1, "client", "option 'exec' must be a table, got %s", luaL_typename(L, -1));
+    e = lua_gettop(L);
+    for (lua_pushnil(L); lua_next(L, e); lua_pop(L, 1)) {
+        int ok = 0;
+        if (lua_type(L, -2) == LUA_TSTRING)
+            for (const char *const *k = known; *k; k++)
+                ok |= strcmp(*k, lua_tostring(L, -2)) == 0;
+        if (!ok)
+            kl_argerror(L, 1, "client", "unknown exec option '%s'",
+                        lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
+    }
+    memset(x, 0, sizeof(*x));
+    x->command = opt_string(L, e, "command", "client");
+    if (x->command == NULL)
+        kl_argerror(L, 1, "client", "exec option 'command' is required");
+    x->api_version = opt_string(L, e, "api_version", "client");
+    if (x->api_version == NULL)
+        x->api_version = KINF_EXEC_API_V1;
+    x->install_hint = opt_string(L, e, "install_hint", "client");
+    x->timeout = opt_number(L, e, "timeout", "client", 0);
+    x->args = opt_string_array(L, e, "args", "client");
+    x->env = opt_string_array(L, e, "env", "client");
+    return x;
+}
+
 static int l_client(lua_State *L)
 {
-    static const char *const known[] = {"server", "token", "ca_file", "insecure_skip_tls_verify",
-                                        "connect_timeout", "user_agent", NULL};
+    static const char *const known[] = {
+        "server", "token", "token_file", "username", "password", "exec", "ca_file", "ca_data",
+        "client_cert_file", "client_cert_data", "client_key_file", "client_key_data",
+        "tls_server_name", "insecure_skip_tls_verify", "proxy", "connect_timeout", "user_agent",
+        NULL};
     kinf_client_config cfg;
-    char msg[256];
+    kinf_exec_config exec;
+    char msg[512];
     kinf_err err;
     lclient *lc;
 
@@ -104,10 +178,21 @@ static int l_client(lua_State *L)
     if (cfg.server == NULL)
         kl_argerror(L, 1, "client", "option 'server' is required");
     cfg.token = opt_string(L, 1, "token", "client");
+    cfg.token_file = opt_string(L, 1, "token_file", "client");
+    cfg.username = opt_string(L, 1, "username", "client");
+    cfg.password = opt_string(L, 1, "password", "client");
     cfg.ca_file = opt_string(L, 1, "ca_file", "client");
+    cfg.ca_data = opt_string(L, 1, "ca_data", "client");
+    cfg.client_cert_file = opt_string(L, 1, "client_cert_file", "client");
+    cfg.client_cert_data = opt_string(L, 1, "client_cert_data", "client");
+    cfg.client_key_file = opt_string(L, 1, "client_key_file", "client");
+    cfg.client_key_data = opt_string(L, 1, "client_key_data", "client");
+    cfg.tls_server_name = opt_string(L, 1, "tls_server_name", "client");
+    cfg.proxy = opt_string(L, 1, "proxy", "client");
     cfg.user_agent = opt_string(L, 1, "user_agent", "client");
     cfg.insecure_skip_tls_verify = opt_bool(L, 1, "insecure_skip_tls_verify", "client", 0);
     cfg.connect_timeout = opt_number(L, 1, "connect_timeout", "client", 0);
+    cfg.exec = opt_exec(L, 1, &exec); /* its arrays stay on the stack until we return */
     lc = lua_newuserdata(L, sizeof(*lc));
     lc->client = NULL;
     luaL_setmetatable(L, CLIENT_MT);

@@ -59,6 +59,7 @@ struct kinf_reflector {
     size_t errlen;
     kinf_err scan_err;        /* first error raised while scanning, or by our callbacks */
     char scan_msg[300];
+    char xfer_msg[300];       /* transport failure of the finished transfer (client's words) */
 
     /* list */
     kinf_object **items;
@@ -362,7 +363,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 
 static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_scan_mode mode)
 {
-    char msg[128];
+    char msg[512];
     CURL *easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
     if (easy == NULL) {
         record_error(r, 0, NULL, "%s", msg);
@@ -384,7 +385,7 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)(r->idle_timeout + 0.5));
     r->easy = easy;
     if (kinf_client_add(r->client, easy) != KINF_OK) {
-        curl_easy_cleanup(easy);
+        kinf_client_remove(r->client, easy);
         r->easy = NULL;
         record_error(r, 0, NULL, "cannot start a transfer");
         return KINF_EIO;
@@ -554,7 +555,7 @@ static void list_done(kinf_reflector *r, CURLcode result)
     int continuation = r->continue_token != NULL && !r->full_list && r->nitems > 0;
 
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
-        record_error(r, 0, NULL, "list %s: %s", r->path, curl_easy_strerror(result));
+        record_error(r, 0, NULL, "list %s: %s", r->path, r->xfer_msg);
         drop_items(r);
         schedule_backoff(r, NEXT_LIST, 0);
         return;
@@ -769,7 +770,7 @@ static void watch_done(kinf_reflector *r, CURLcode result)
     }
     if (r->http_code == 0) {
         /* No response at all: connection refused, DNS, TLS, connect timeout. */
-        record_error(r, 0, NULL, "watch %s: %s", r->path, curl_easy_strerror(result));
+        record_error(r, 0, NULL, "watch %s: %s", r->path, r->xfer_msg);
         watch_restart(r, r->initial_phase ? NEXT_LIST : NEXT_WATCH, 1, 0);
         return;
     }
@@ -799,8 +800,7 @@ static void watch_done(kinf_reflector *r, CURLcode result)
     if (result != CURLE_OK) {
         /* The connection dropped mid-stream (client-go: probable EOF): resume from the last
          * rv; a partial last line is discarded. */
-        record_error(r, 0, NULL, "watch %s: connection lost: %s", r->path,
-                     curl_easy_strerror(result));
+        record_error(r, 0, NULL, "watch %s: connection lost: %s", r->path, r->xfer_msg);
     }
     if (r->initial_phase) {
         record_error(r, 0, NULL, "watch %s: WatchList ended before its initial-events-end bookmark",
@@ -837,6 +837,9 @@ void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
     phase_t phase = r->phase;
     if (r->http_code == 0)
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_code);
+    r->xfer_msg[0] = '\0';
+    if (result != CURLE_OK)
+        kinf_client_transfer_error(r->client, easy, result, r->xfer_msg, sizeof(r->xfer_msg));
     kinf_client_remove(r->client, easy);
     r->easy = NULL;
     if (phase == PH_LIST)
