@@ -264,6 +264,10 @@ class App:
         self.requests = []
         self.requests_lock = threading.Lock()
         self.server_address = ""
+        # Accepted credentials; POST /_fake/auth replaces them (token rotation in specs).
+        self.auth_lock = threading.Lock()
+        self.tokens = set(opts.token or [])
+        self.basic = set(getattr(opts, "basic_auth", None) or [])
 
     def log(self, fmt, *args):
         if self.opts.verbose:
@@ -278,12 +282,15 @@ class App:
                 self.control(x)
                 return
             self.log("%s %s", x.method, h.path)
+            auth, user = self.authenticate(x)
+            entry = {"method": x.method, "path": x.path, "query": x.query, "time": time.time()}
+            if auth != "anonymous":  # only servers with authentication say who asked
+                entry["auth"], entry["user"] = auth or "none", user
             with self.requests_lock:
-                self.requests.append({"method": x.method, "path": x.path, "query": x.query,
-                                      "time": time.time()})
+                self.requests.append(entry)
                 if len(self.requests) > self.opts.max_requests:
                     del self.requests[:len(self.requests) // 2]
-            if not self.authenticated(x):
+            if auth is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             is_watch = "/watch/" in x.path or x.query.get("watch") in _TRUE
             x.fault = self.faults.take(x.method, x.path, x.query, is_watch)
@@ -299,7 +306,8 @@ class App:
             x.send_status(e)
         except Dropped:
             h.close_connection = True
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, ssl.SSLError):
+            # ssl.SSLError: a TLS client that went away mid-stream (SSLEOFError and kin).
             h.close_connection = True
         except Exception:
             traceback.print_exc()
@@ -310,13 +318,30 @@ class App:
             else:
                 h.close_connection = True
 
-    def authenticated(self, x):
-        opts = self.opts
-        if not opts.token and not opts.client_ca:
-            return True
-        if opts.token and x.h.headers.get("Authorization") == "Bearer " + opts.token:
-            return True
-        return bool(opts.client_ca and x.tls and x.sock.getpeercert())
+    def authenticate(self, x):
+        """(method, user) of the request, or (None, "") when it must get a 401. Like
+        kube-apiserver's union authenticator: a client certificate first, then the
+        Authorization header; with no authentication configured everything is anonymous."""
+        with self.auth_lock:
+            tokens, basic = set(self.tokens), set(self.basic)
+        if not tokens and not basic and not self.opts.client_ca:
+            return "anonymous", ""
+        if self.opts.client_ca and x.tls:
+            cert = x.sock.getpeercert()
+            if cert:
+                cn = [v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"]
+                return "x509", cn[0] if cn else ""
+        header = x.h.headers.get("Authorization") or ""
+        if header.startswith("Bearer ") and header[7:] in tokens:
+            return "bearer", ""
+        if header.startswith("Basic ") and basic:
+            try:
+                pair = base64.b64decode(header[6:], validate=True).decode("utf-8")
+            except ValueError:
+                pair = None
+            if pair in basic:
+                return "basic", pair.split(":", 1)[0]
+        return None, ""
 
     def pre_fault(self, x, is_watch):
         """Faults that act before the response starts."""
@@ -641,6 +666,21 @@ class App:
                             "objects": {rt.name: len(o) for rt, o in store.objects.items() if o},
                             "churn_ops": self.cluster.churn_ops if self.cluster else 0}
                 return x.send_json(200, info)
+            if p == "/_fake/auth" and m == "POST":
+                body = x.json_body() or {}
+                if not isinstance(body, dict):
+                    raise bad_request("POST /_fake/auth wants {\"tokens\": [...], \"basic\": [...]}")
+                with self.auth_lock:
+                    if "tokens" in body:
+                        self.tokens = set(str(t) for t in body["tokens"] or [])
+                    if "basic" in body:
+                        self.basic = set(str(b) for b in body["basic"] or [])
+                    counts = {"tokens": len(self.tokens), "basic": len(self.basic)}
+                return x.send_json(200, counts)
+            if p == "/_fake/auth" and m == "GET":
+                with self.auth_lock:
+                    return x.send_json(200, {"tokens": len(self.tokens), "basic": len(self.basic),
+                                             "client_ca": bool(self.opts.client_ca)})
             if p == "/_fake/churn" and m == "POST":
                 body = x.json_body() or {}
                 self.cluster.set_churn(float(body.get("rate", 0)))

@@ -27,7 +27,11 @@ def parse_args(argv):
     a("--port", type=int, default=0, metavar="N",
       help="port on 127.0.0.1 (0 or absent: a free one)")
     a("--verbose", action="store_true", help="log requests and faults to stderr")
-    a("--token", help="require Authorization: Bearer TOKEN on every API request")
+    a("--token", action="append", default=[], metavar="TOKEN",
+      help="require Authorization: Bearer TOKEN on every API request (repeatable: any of them; "
+           "POST /_fake/auth replaces the set at run time)")
+    a("--basic-auth", action="append", default=[], metavar="USER:PASSWORD",
+      help="accept HTTP basic authentication with this user and password (repeatable)")
     a("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM; with --tls-key)")
     a("--tls-key", metavar="FILE", help="private key of --tls-cert (PEM)")
     a("--client-ca", metavar="FILE",
@@ -173,6 +177,9 @@ def main(argv=None):
 
     app = App(store, faults, opts, cluster)
     handler = type("BoundHandler", (Handler,), {"app": app})
+    if any(":" not in b for b in opts.basic_auth):
+        print("server.py: --basic-auth wants USER:PASSWORD", file=sys.stderr)
+        return 2
     if bool(opts.tls_cert) != bool(opts.tls_key) or (opts.client_ca and not opts.tls_cert):
         print("server.py: --tls-cert and --tls-key go together; --client-ca needs them",
               file=sys.stderr)
