@@ -1,6 +1,7 @@
 -- Builds offline from a checkout: luarocks --lua-version=5.4 make --local rockspec/kinformer-scm-1.rockspec
--- (run from the repository root). Runtime dependency: lua-cjson (Debian: lua-cjson), which
--- is not declared below so that an offline build with Debian-installed packages works.
+-- (run from the repository root). Runtime dependencies: lua-cjson (Debian: lua-cjson) and, to
+-- read kubeconfig files, lyaml (Debian: lua-yaml); they are not declared below so that an
+-- offline build with Debian-installed packages works.
 rockspec_format = "3.0"
 package = "kinformer"
 version = "scm-1"
@@ -24,12 +25,14 @@ build = {
   modules = {
     ["kinformer"] = "lua/kinformer/init.lua",
     ["kinformer.resources"] = "lua/kinformer/resources.lua",
+    ["kinformer.config"] = "lua/kinformer/config.lua",
     ["kinformer.informer"] = "lua/kinformer/informer.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c", "csrc/jsonspan.c",
         "csrc/informer.c",
+        "csrc/credentials.c",
         "csrc/lua_core.c", "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
         "csrc/lua_informer.c",
       },
