@@ -1,0 +1,318 @@
+-- OpenResty routing benchmark (issue 6). Part 1: wrk against examples/openresty (the Host router
+-- over EndpointSlices, in both models) and against a static `upstream` block of the same three
+-- backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
+-- bigger cluster: watches on the API server, memory, sync time, CPU per watch event, and how
+-- long a readiness change takes to reach every worker.
+--
+--   make bench-openresty
+--   LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' lua5.4 bench/openresty_bench.lua \
+--     [seconds per run = 5] [rounds = 7] [services = 2000] [events = 20000]
+--
+-- Everything runs on loopback on this machine (wrk, nginx, backends, the fake API server share
+-- the cores), so the runs alternate: each round runs every configuration once, in a rotating
+-- order, and the tables give medians; "vs static" is the median of the per-round ratios.
+local socket = require "socket"
+local cjson = require "cjson"
+_G.KINFORMER_ROOT = _G.KINFORMER_ROOT or "."
+local fake = require "support.fake_apiserver"
+local openresty = require "support.openresty"
+
+local SECONDS = tonumber(arg[1]) or 5
+local ROUNDS = tonumber(arg[2]) or 7
+local SERVICES = tonumber(arg[3]) or 2000
+local EVENTS = tonumber(arg[4]) or 20000
+local CONNECTIONS = tonumber(os.getenv("WRK_CONNECTIONS")) or 32
+local now, sleep = socket.gettime, socket.sleep
+math.randomseed(os.time())
+
+local B = { "127.0.0.2", "127.0.0.3", "127.0.0.4" }
+
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local function median(t)
+  local c = {}
+  for i, v in ipairs(t) do c[i] = v end
+  table.sort(c)
+  local n = #c
+  if n == 0 then return nil end
+  if n % 2 == 1 then return c[(n + 1) / 2] end
+  return (c[n / 2] + c[n / 2 + 1]) / 2
+end
+
+-- CPU seconds (user + system) of an nginx instance's children (workers).
+local function cpu_seconds(inst)
+  local t = 0
+  for _, c in ipairs(inst:children()) do
+    local f = io.open("/proc/" .. c.pid .. "/stat")
+    if f then
+      local s = f:read("a")
+      f:close()
+      local fields = {}
+      for w in s:gsub("^.-%) ", ""):gmatch("%S+") do fields[#fields + 1] = w end
+      t = t + tonumber(fields[12]) + tonumber(fields[13]) -- utime, stime (fields 14, 15)
+    end
+  end
+  return t / 100 -- clock ticks (USER_HZ 100 on Linux)
+end
+
+local function ms(v, unit)
+  v = tonumber(v)
+  if unit == "us" then return v / 1000 elseif unit == "s" then return v * 1000 end
+  return v
+end
+
+local function wrk(port, seconds)
+  local out = sh(("wrk -t1 -c%d -d%ds --latency -H 'Host: web.demo' http://127.0.0.1:%d/ 2>&1")
+    :format(CONNECTIONS, seconds, port))
+  local r = {
+    requests = tonumber(out:match("(%d+) requests in")),
+    rps = tonumber(out:match("Requests/sec:%s+([%d.]+)")),
+    non2xx = tonumber(out:match("Non%-2xx or 3xx responses: (%d+)")) or 0,
+    errors = out:match("Socket errors:[^\n]*"),
+  }
+  local v, u = out:match("\n%s+99%%%s+([%d.]+)(%a+)")
+  r.p99 = v and ms(v, u)
+  if not r.rps then error("wrk failed:\n" .. out) end
+  return r
+end
+
+local function slice(name, svc, ns, port, eps)
+  local endpoints = {}
+  for i, e in ipairs(eps) do
+    endpoints[i] = { addresses = { e[1] }, conditions = { ready = e[2], serving = e[2],
+                     terminating = false }, nodeName = "node-" .. (i % 50) }
+  end
+  return {
+    apiVersion = "discovery.k8s.io/v1", kind = "EndpointSlice",
+    metadata = { name = name, namespace = ns, labels = {
+      ["kubernetes.io/service-name"] = svc,
+      ["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io" } },
+    addressType = "IPv4",
+    ports = { { name = "http", port = port, protocol = "TCP" } },
+    endpoints = endpoints,
+  }
+end
+
+local function status(port)
+  local code, body = openresty.get(port, "localhost", "/kinformer/status")
+  assert(code == 200, "status: " .. tostring(code) .. " " .. tostring(body))
+  return cjson.decode(body)
+end
+
+-- Waits until every informer process (n of them) reports synced with `objects` objects.
+local function wait_synced(port, n, objects, timeout)
+  local deadline = now() + (timeout or 120)
+  while now() < deadline do
+    local st = status(port)
+    local ok = #st.processes == n
+    for _, p in ipairs(st.processes) do
+      local inf = p.informers.endpointslices
+      if not (inf.synced and inf.queue_length == 0 and (not objects or inf.objects >= objects)) then
+        ok = false
+      end
+    end
+    if ok then return st end
+    sleep(0.05)
+  end
+  error("informers did not sync: " .. cjson.encode(status(port)))
+end
+
+if sh("command -v wrk") == "" then
+  io.stderr:write("wrk is not installed (Debian package wrk; `make deps` installs it)\n")
+  os.exit(1)
+end
+local ok, why = openresty.available()
+if not ok then
+  io.stderr:write(why, "\n")
+  os.exit(1)
+end
+
+local srv = fake.start{ args = { "--sample-cluster", "--history", "200000" }, quiet = true }
+local bport = openresty.free_port(B)
+local backends = openresty.backends{ port = bport, addrs = B }
+local ready = {}
+for i, a in ipairs(B) do ready[i] = { a, true } end
+srv:objects{ slice("web-a", "web", "demo", bport, ready) }
+local peers = {}
+for i, a in ipairs(B) do peers[i] = a .. ":" .. bport end
+
+print(("# OpenResty routing benchmark: %d rounds of %d s per configuration, wrk -t1 -c%d, " ..
+  "Host web.demo -> 3 ready backends (one nginx, 1 worker); nginx under test: 2 workers")
+  :format(ROUNDS, SECONDS, CONNECTIONS))
+print(("# %s, %s, %d cores"):format(sh("nginx -v 2>&1"):gsub("%s+$", ""),
+  sh("wrk --version 2>&1 | head -1"):match("^(%S+ %S+)") or "wrk", tonumber(sh("nproc")) or 0))
+
+-- ---- part 1: requests/s ----
+
+local configs = {
+  { name = "static upstream block", inst = openresty.static{ port = openresty.free_port(),
+                                                          backends = peers } },
+  { name = "kinformer router, model worker", inst = openresty.router{
+      port = openresty.free_port(), env = { KINFORMER_SERVER = srv.url,
+                                            KINFORMER_MODEL = "worker" } } },
+  { name = "kinformer router, model agent", inst = openresty.router{
+      port = openresty.free_port(), env = { KINFORMER_SERVER = srv.url,
+                                            KINFORMER_MODEL = "agent" } } },
+}
+wait_synced(configs[2].inst.port, 2)
+wait_synced(configs[3].inst.port, 1)
+for _, c in ipairs(configs) do
+  c.rps, c.p99, c.cpu, c.ratio, c.non2xx = {}, {}, {}, {}, 0
+  wrk(c.inst.port, 1) -- warm-up: connections, JIT
+end
+for round = 1, ROUNDS do
+  local rps = {}
+  for k = 0, #configs - 1 do
+    local c = configs[(round + k - 1) % #configs + 1]
+    local c0 = cpu_seconds(c.inst)
+    local r = wrk(c.inst.port, SECONDS)
+    local used = cpu_seconds(c.inst) - c0
+    c.rps[#c.rps + 1], c.p99[#c.p99 + 1] = r.rps, r.p99
+    c.cpu[#c.cpu + 1] = used / r.requests * 1e6
+    c.non2xx = c.non2xx + r.non2xx
+    rps[c] = r.rps
+  end
+  for _, c in ipairs(configs) do c.ratio[#c.ratio + 1] = rps[c] / rps[configs[1]] end
+  io.stderr:write(("round %d/%d: %s\n"):format(round, ROUNDS, table.concat((function()
+    local t = {}
+    for i, c in ipairs(configs) do t[i] = ("%.0f"):format(rps[c]) end
+    return t
+  end)(), " / ")))
+end
+
+print("\n| configuration | requests/s (median) | vs static | p99 latency (median) | nginx CPU per request | non-2xx |")
+print("|---|---:|---:|---:|---:|---:|")
+for _, c in ipairs(configs) do
+  print(("| %s | %.0f | %+.1f%% | %.2f ms | %.1f us | %d |"):format(c.name, median(c.rps),
+    (median(c.ratio) - 1) * 100, median(c.p99), median(c.cpu), c.non2xx))
+end
+local all = {}
+for _, c in ipairs(configs) do
+  local t = {}
+  for i, v in ipairs(c.rps) do t[i] = ("%.0f"):format(v) end
+  all[#all + 1] = "# " .. c.name .. ": " .. table.concat(t, " ")
+end
+print(table.concat(all, "\n"))
+for _, c in ipairs(configs) do c.inst:stop() end
+
+-- ---- part 2: what each model costs ----
+
+-- SERVICES services in namespace "bench", one slice each with 10 endpoints (7 ready).
+local t0 = now()
+local batch = {}
+for i = 1, SERVICES do
+  local eps = {}
+  for j = 1, 10 do eps[j] = { ("10.%d.%d.%d"):format(i // 250, i % 250, j), j <= 7 } end
+  batch[#batch + 1] = slice(("svc-%d-abcde"):format(i), "svc-" .. i, "bench", 8080, eps)
+  if #batch == 500 or i == SERVICES then
+    srv:objects(batch)
+    batch = {}
+  end
+end
+local objects = SERVICES + 6 -- + web-a and the sample cluster's 5
+local list_bytes = #select(4, srv:request("GET", "/apis/discovery.k8s.io/v1/endpointslices"))
+print(("\n# part 2: %d Services, one EndpointSlice each (10 endpoints, 7 ready), %d slices, " ..
+  "%.1f MB of list JSON (created in %.1f s); %d MODIFIED events for the CPU figure")
+  :format(SERVICES, objects, list_bytes / 1e6, now() - t0, EVENTS))
+
+local function rss_of(inst)
+  local out = { master = openresty.rss_kb(inst.pid) }
+  for _, c in ipairs(inst:children()) do out[#out + 1] = openresty.rss_kb(c.pid) end
+  return out
+end
+
+local function watches()
+  return srv:watches()["endpointslices.discovery.k8s.io"] or 0
+end
+
+local results = {}
+for _, model in ipairs{ "worker", "agent" } do
+  local res = { model = model }
+  local nproc = model == "worker" and 2 or 1
+  -- the same router watching an empty namespace: the memory baseline
+  local base = openresty.router{ port = openresty.free_port(), env = {
+    KINFORMER_SERVER = srv.url, KINFORMER_MODEL = model, KINFORMER_NAMESPACE = "empty" } }
+  wait_synced(base.port, nproc)
+  sleep(0.5)
+  local base_rss = rss_of(base)
+  base:stop()
+  local t1 = now()
+  local r = openresty.router{ port = openresty.free_port(), worker_header = true, env = {
+    KINFORMER_SERVER = srv.url, KINFORMER_MODEL = model } }
+  local st = wait_synced(r.port, nproc, objects)
+  res.sync = now() - t1
+  sleep(1.5) -- let the routes view and RSS settle
+  res.watches = watches()
+  local rss = rss_of(r)
+  res.rss = {}
+  for i = 1, #rss do res.rss[i] = (rss[i] - base_rss[i]) / 1024 end
+  st = status(r.port)
+  for _, p in ipairs(st.processes) do
+    local v = p.views and p.views.routes
+    if v and v.capacity then res.shm = (v.capacity - v.free_space) / 1e6 end
+    res.keys = v and v.keys
+  end
+  -- CPU per watch event: EVENTS MODIFIED slices (annotation touched), all informer processes
+  local before = {}
+  for _, p in ipairs(st.processes) do before[p.pid] = p.informers.endpointslices.watch_events end
+  local c0 = cpu_seconds(r)
+  local t2 = now()
+  srv:modify("endpointslices", EVENTS, { namespace = "bench" })
+  local deadline = now() + 120
+  while now() < deadline do
+    local s = status(r.port)
+    local done = #s.processes == nproc
+    for _, p in ipairs(s.processes) do
+      local inf = p.informers.endpointslices
+      if inf.watch_events - (before[p.pid] or 0) < EVENTS or inf.queue_length > 0 then
+        done = false
+      end
+    end
+    if done then break end
+    sleep(0.05)
+  end
+  res.events_s = now() - t2
+  res.cpu_per_1k = (cpu_seconds(r) - c0) / EVENTS * 1000 * 1000 -- ms per 1000 events
+  res.tick = 0 -- the longest dispatch tick (sync and burst included): what a request may wait
+  for _, p in ipairs(status(r.port).processes) do
+    res.tick = math.max(res.tick, p.max_dispatch_seconds or 0)
+  end
+  -- propagation: flip 127.0.0.3 in web-a, 10 times, until every worker routes accordingly
+  -- (a random pause first: converge returns a fixed time after the last tick, which would
+  -- otherwise phase-lock every write to the dispatch timer)
+  local lat = {}
+  for i = 1, 10 do
+    sleep(math.random() * 0.3)
+    local on = i % 2 == 1
+    local t3 = now()
+    srv:objects{ slice("web-a", "web", "demo", bport, { { B[1], true }, { B[2], on },
+                                                      { B[3], true } }) }
+    local want = on and { [B[1]] = true, [B[2]] = true, [B[3]] = true }
+                     or { [B[1]] = true, [B[3]] = true }
+    lat[i] = openresty.converge{ port = r.port, host = "web.demo", want = want, workers = 2,
+                                 t0 = t3, timeout = 10 } * 1000
+  end
+  table.sort(lat)
+  res.lat_median, res.lat_max = median(lat), lat[#lat]
+  r:stop()
+  results[#results + 1] = res
+end
+
+print("\n| model | watches on the API server | sync time (longest dispatch tick) | memory over baseline (RSS) | routes in shared memory | CPU per 1000 events (all workers) | readiness change -> every worker (median / max of 10) |")
+print("|---|---:|---:|---|---:|---:|---:|")
+for _, res in ipairs(results) do
+  local mem = {}
+  for i, v in ipairs(res.rss) do mem[i] = ("worker %d: %+.1f MB"):format(i - 1, v) end
+  print(("| %s | %d | %.2f s (%.0f ms) | %s | %s | %.0f ms | %.0f / %.0f ms |"):format(res.model,
+    res.watches, res.sync, res.tick * 1000, table.concat(mem, ", "),
+    res.shm and ("%.2f MB (%d keys)"):format(res.shm, res.keys or 0) or "-",
+    res.cpu_per_1k, res.lat_median, res.lat_max))
+end
+
+backends:stop()
+srv:stop()

@@ -1,0 +1,332 @@
+-- kinformer inside nginx: examples/openresty (the Host router over EndpointSlices) end to end.
+--
+-- The fake API server (sample cluster plus the slices below), three tiny backends on
+-- 127.0.0.2-4 (one port, one nginx) and the example's nginx with 2 workers, all on loopback in
+-- temporary prefixes, all stopped at the end, pass or fail. Each `it` starts from the baseline
+-- slices and the blocks run in order (one nginx per model).
+--
+--   make test-openresty     (or: lua5.4 /usr/bin/busted --helper=spec/helper.lua spec/openresty_spec.lua)
+--   KINFORMER_SPEC_VERBOSE=1 prints how long each change took to reach every worker;
+--   KINFORMER_KEEP_NGINX=1 keeps the nginx prefixes (logs) for a look after a failure.
+local fake = require "support.fake_apiserver"
+local openresty = require "support.openresty"
+local cjson = require "cjson"
+local socket = require "socket"
+
+local now, sleep = socket.gettime, socket.sleep
+
+local B2, B3, B4 = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+local SLICES = "/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices/"
+
+local available, why = openresty.available()
+if not available then
+  describe("examples/openresty", function() pending("skipped: " .. why) end)
+  return
+end
+
+-- An EndpointSlice of service demo/<svc>: eps = { { addr, ready }, ... }
+local function slice(name, svc, port, eps)
+  local endpoints = {}
+  for i, e in ipairs(eps) do
+    endpoints[i] = { addresses = { e[1] }, conditions = { ready = e[2], serving = e[2],
+                     terminating = false }, nodeName = "node-" .. i }
+  end
+  return {
+    apiVersion = "discovery.k8s.io/v1", kind = "EndpointSlice",
+    metadata = { name = name, namespace = "demo",
+                 labels = { ["kubernetes.io/service-name"] = svc } },
+    addressType = "IPv4",
+    ports = { { name = "http", port = port, protocol = "TCP" } },
+    endpoints = endpoints,
+  }
+end
+
+-- Baseline: web has B2 ready and B3 not ready in web-a, B4 ready in web-b; "down" has only a
+-- not-ready endpoint.
+local function baseline(port)
+  return {
+    slice("web-a", "web", port, { { B2, true }, { B3, false } }),
+    slice("web-b", "web", port, { { B4, true } }),
+    slice("down-a", "down", port, { { B4, false } }),
+  }
+end
+
+local function set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+local function keys(s)
+  local out = {}
+  for k in pairs(s) do out[#out + 1] = k end
+  table.sort(out)
+  return table.concat(out, ",")
+end
+
+local function describe_model(model)
+  describe("examples/openresty, model " .. model, function()
+    local srv, backends, router, port, api_port
+    local get = function(host, path) return openresty.get(router.port, host, path) end
+
+    -- Which backends n requests to web.demo reach; every answer must be a 200 from a backend.
+    local function hits(n)
+      local seen = {}
+      for _ = 1, n do
+        local code, body = get("web.demo")
+        assert.equals(200, code, "web.demo answered " .. tostring(code) .. ": " .. tostring(body))
+        local b = body:gsub("%s+$", "")
+        seen[b] = (seen[b] or 0) + 1
+      end
+      return seen
+    end
+
+    local function converge(want, timeout, t0)
+      return openresty.converge{ port = router.port, host = "web.demo", want = want,
+                                 workers = 2, timeout = timeout, t0 = t0 }
+    end
+
+    local function status()
+      local code, body = get("localhost", "/kinformer/status")
+      assert.equals(200, code, body)
+      return cjson.decode(body)
+    end
+
+    -- Waits until pred(status) holds; returns the status.
+    local function wait_status(pred, timeout, what)
+      local deadline = now() + (timeout or 5)
+      local st
+      repeat
+        st = status()
+        if pred(st) then return st end
+        sleep(0.05)
+      until now() > deadline
+      error("status never showed " .. what .. ": " .. cjson.encode(st))
+    end
+
+    local function informer_processes()
+      return model == "worker" and 2 or 1
+    end
+
+    -- pids: when given, every status must come from one of these processes (after a reload
+    -- the old workers' last samples may linger up to 1 s)
+    local function all_synced(st, pids)
+      if #st.processes ~= informer_processes() then return false end
+      for _, p in ipairs(st.processes) do
+        if not (p.synced and p.informers.endpointslices.synced) then return false end
+        if pids and not pids[p.pid] then return false end
+      end
+      return true
+    end
+
+    local function watches()
+      return srv:watches()["endpointslices.discovery.k8s.io"] or 0
+    end
+
+    local function reset()
+      srv:objects(baseline(port))
+      converge(set_of{ B2, B4 })
+    end
+
+    -- Writes, then waits until web.demo reaches exactly `want` in every worker (converge);
+    -- that must begin within 1 s of the write.
+    local function within_1s(want, write)
+      local t0 = now()
+      write()
+      local took = converge(want, 3, t0)
+      if os.getenv("KINFORMER_SPEC_VERBOSE") then io.stderr:write(("%s model: routing reached %s %.3f s after the write\n"):format(model, keys(want), took)) end
+      assert.is_true(took < 1.0, ("routing reached %s only %.3f s after the change")
+        :format(keys(want), took))
+    end
+
+    setup(function()
+      api_port = openresty.free_port()
+      srv = fake.start{ args = { "--sample-cluster", "--port", api_port }, quiet = true }
+      port = openresty.free_port{ B2, B3, B4 }
+      backends = openresty.backends{ port = port, addrs = { B2, B3, B4 } }
+      srv:objects(baseline(port))
+      router = openresty.router{ port = openresty.free_port(), workers = 2, env = {
+        KINFORMER_SERVER = srv.url, KINFORMER_MODEL = model, KINFORMER_BACKOFF_MAX = "1",
+        KINFORMER_INTERVAL = "0.05" }, worker_header = true }
+      wait_status(all_synced, 10, "every informer process synced")
+    end)
+
+    teardown(function()
+      if router then router:stop() end
+      if backends then backends:stop() end
+      if srv then srv:stop() end
+    end)
+
+    it("sends requests only to ready endpoints, round-robin", function()
+      reset()
+      local seen = hits(40)
+      assert.equals(B2 .. "," .. B4, keys(seen))
+      assert.is_true(seen[B2] >= 10 and seen[B4] >= 10, "unbalanced: " .. cjson.encode(seen))
+    end)
+
+    it("answers 503 with a clear body when no endpoint is ready", function()
+      local code, body = get("down.demo")
+      assert.equals(503, code)
+      assert.equals("kinformer router: Service demo/down has no ready endpoint\n", body)
+      code, body = get("ghost.demo.svc.cluster.local")
+      assert.equals(503, code)
+      assert.equals("kinformer router: Service demo/ghost has no EndpointSlice\n", body)
+      code, body = get("nohost")
+      assert.equals(404, code)
+      assert.matches("does not name a Service", body, 1, true)
+    end)
+
+    it("stops sending to an endpoint marked not ready within 1 s", function()
+      reset()
+      within_1s(set_of{ B4 }, function()
+        srv:objects{ slice("web-a", "web", port, { { B2, false }, { B3, false } }) }
+      end)
+      assert.equals(B4, keys(hits(10)))
+    end)
+
+    it("stops sending to a deleted endpoint within 1 s (endpoint removed, slice deleted)", function()
+      reset()
+      within_1s(set_of{ B3, B4 }, function()
+        srv:objects{ slice("web-a", "web", port, { { B3, true } }) } -- B2 gone from the slice
+      end)
+      within_1s(set_of{ B3 }, function()
+        local code = srv:request("DELETE", SLICES .. "web-b")
+        assert.equals(200, code)
+      end)
+      assert.equals(B3, keys(hits(10)))
+      srv:objects{ slice("web-a", "web", port, { { B3, false } }) }
+      local deadline, code, body = now() + 2, nil, nil
+      repeat
+        code, body = get("web.demo")
+      until code == 503 or now() > deadline
+      assert.equals(503, code)
+      assert.equals("kinformer router: Service demo/web has no ready endpoint\n", body)
+    end)
+
+    it("sends to a new ready endpoint within 1 s", function()
+      reset()
+      within_1s(set_of{ B2, B3, B4 }, function()
+        srv:objects{ slice("web-a", "web", port, { { B2, true }, { B3, true } }) }
+      end)
+      assert.equals(B2 .. "," .. B3 .. "," .. B4, keys(hits(30)))
+      -- a new slice of the service counts as well (and its deletion)
+      reset()
+      within_1s(set_of{ B2, B3, B4 }, function()
+        srv:objects{ slice("web-c", "web", port, { { B3, true } }) }
+      end)
+      within_1s(set_of{ B2, B4 }, function()
+        assert.equals(200, (srv:request("DELETE", SLICES .. "web-c")))
+      end)
+    end)
+
+    it("serves /kinformer/status and /metrics for every informer process", function()
+      local st = status()
+      assert.equals(model, st.model)
+      assert.equals(informer_processes(), #st.processes)
+      for _, p in ipairs(st.processes) do
+        local inf = p.informers.endpointslices
+        assert.equals("endpointslices", inf.resource)
+        assert.equals("watching", inf.phase)
+        assert.is_true(inf.objects >= 8) -- the sample cluster's 5 and ours
+        assert.equals(0, inf.handler_errors)
+        assert.equals(0, p.dispatch_errors)
+      end
+      local code, text = get("localhost", "/metrics")
+      assert.equals(200, code)
+      for _, name in ipairs{ "kinformer_informer_synced", "kinformer_informer_relists_total",
+          "kinformer_informer_watch_events_total", "kinformer_informer_queue_length",
+          "kinformer_informer_resource_version_age_seconds" } do
+        assert.matches("# TYPE " .. name .. " ", text, 1, true)
+      end
+      assert.matches('kinformer_informer_synced{informer="endpointslices",resource=' ..
+        '"endpointslices",namespace="",process="worker-0"} 1', text, 1, true)
+      -- every sample line is "name{labels} value"
+      for line in text:gmatch("[^\n]+") do
+        if line:sub(1, 1) ~= "#" then
+          assert.matches('^[a-z_]+{[^}]*} %-?[%d.e+-]+$', line)
+        end
+      end
+    end)
+
+    it("keeps routing from the cache while the API server is away, and resyncs after", function()
+      reset()
+      srv:stop()
+      -- nothing reachable: routing goes on from the cache
+      assert.equals(B2 .. "," .. B4, keys(hits(30)))
+      wait_status(function(st)
+        for _, p in ipairs(st.processes) do
+          if not p.informers.endpointslices.last_error then return false end
+        end
+        return #st.processes == informer_processes()
+      end, 5, "the list/watch error in every process")
+      assert.equals(B2 .. "," .. B4, keys(hits(10)))
+      local lists = {}
+      for _, p in ipairs(status().processes) do lists[p.pid] = p.informers.endpointslices.lists end
+      -- back on the same port, with another state (its resourceVersions start lower: the
+      -- informers' watch is refused as too new and they relist)
+      srv = fake.start{ args = { "--port", api_port }, quiet = true }
+      srv:objects{ slice("web-a", "web", port, { { B2, false }, { B3, true } }),
+                   slice("web-b", "web", port, { { B4, true } }) }
+      local took = converge(set_of{ B3, B4 }, 8)
+      assert.is_true(took < 8)
+      -- every process relisted, watches again, and dropped what the new server does not have
+      -- (its sample cluster): 2 slices left. (Other processes' status is up to 1 s old.)
+      wait_status(function(st)
+        for _, p in ipairs(st.processes) do
+          local inf = p.informers.endpointslices
+          if inf.phase ~= "watching" or inf.lists <= (lists[p.pid] or 0) or inf.objects ~= 2 then
+            return false
+          end
+        end
+        return #st.processes == informer_processes()
+      end, 6, "a relist, a watch and 2 objects in every process")
+      assert.equals(informer_processes(), watches())
+      srv:objects(baseline(port)) -- the baseline for the next blocks
+      converge(set_of{ B2, B4 })
+    end)
+
+    it("leaks no thread and no watch across nginx -s reload", function()
+      reset()
+      assert.equals(1, openresty.threads(router.pid))
+      for round = 1, 2 do
+        local kids = router:reload()
+        assert.equals(2, #kids)
+        local pids = {}
+        for _, k in ipairs(kids) do pids[k.pid] = true end
+        wait_status(function(st) return all_synced(st, pids) end, 10,
+          "every informer process synced after reload " .. round)
+        -- every old watch closed, one per informer process open
+        local deadline = now() + 3
+        while watches() ~= informer_processes() and now() < deadline do sleep(0.05) end
+        assert.equals(informer_processes(), watches())
+        -- the master never runs an I/O thread; a process with informers has exactly one
+        assert.equals(1, openresty.threads(router.pid))
+        local st = status()
+        local runs = {}
+        for _, p in ipairs(st.processes) do runs[p.pid] = true end
+        for _, k in ipairs(kids) do
+          assert.equals(runs[k.pid] and 2 or 1, openresty.threads(k.pid), k.title)
+        end
+        assert.equals(B2 .. "," .. B4, keys(hits(20)))
+      end
+      -- the informers stopped in the old workers before they exited
+      local stops = select(2, router:log():gsub("informers stopped in [%w-]+ %(process exiting%)", ""))
+      assert.equals(2 * informer_processes(), stops)
+    end)
+
+    it("crashed no worker and logged no error", function()
+      local log = router:log()
+      for _, bad in ipairs{ "%[emerg%]", "%[alert%]", "%[crit%]", "%[error%]",
+                            "exited on signal", "core dumped" } do
+        local line = log:match("[^\n]*" .. bad .. "[^\n]*")
+        assert.is_nil(line, "error log: " .. tostring(line))
+      end
+      assert.matches("kinformer: informers synced in", log, 1, true)
+      -- the API server's absence was logged, as a warning
+      assert.matches("%[warn%][^\n]*kinformer: informer endpointslices", log)
+    end)
+  end)
+end
+
+describe_model("worker")
+describe_model("agent")
