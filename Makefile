@@ -46,7 +46,7 @@ $(BUILD)/luajit/kinformer/core.so: $(CORE_SRC) $(BIND_SRC) $(CORE_HDR)
 DEB_PKGS = build-essential pkg-config lua5.4 liblua5.4-dev libcurl4-openssl-dev lua-cjson \
            lua-busted luarocks lua-yaml lua-socket luajit2 libluajit2-5.1-dev nginx \
            libnginx-mod-http-lua lua-resty-core python3 valgrind clang libclang-rt-14-dev \
-           openssl curl
+           openssl curl wrk
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q 'install ok installed' || echo $$p; done); \
@@ -94,6 +94,19 @@ test-c: check-sanitize
 SPEC ?= spec
 test-spec: all
 	$(BUSTED) --helper=spec/helper.lua -o utfTerminal $(SPEC)
+	$(if $(and $(LUAJIT_CFLAGS),$(filter spec,$(SPEC))),busted --lua=luajit --helper=spec/helper.lua -o utfTerminal $(SPEC_LUAJIT))
+
+# The specs that also run on LuaJIT (the OpenResty build) in `make test`.
+SPEC_LUAJIT = spec/keys_spec.lua spec/store_spec.lua spec/delta_fifo_spec.lua spec/informer_spec.lua \
+              spec/workqueue_spec.lua spec/config_spec.lua spec/tls_spec.lua
+
+# The demo: the fake API server (sample cluster, churn) watched by examples/pod-watcher.lua for
+# DEMO_SECONDS; Ctrl-C stops it sooner. With KUBECONFIG set it watches that cluster (tools/demo.sh).
+DEMO_SECONDS ?= 20
+demo: deps
+	@$(MAKE) --no-print-directory -s all
+	@DEMO_SECONDS='$(DEMO_SECONDS)' LUA='$(LUA)' tools/demo.sh
+.PHONY: demo
 
 clean:
 	rm -rf $(BUILD)

@@ -356,8 +356,13 @@ static int l_catch_signals(lua_State *L)
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = on_signal;
         sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, &saved_int);
-        sigaction(SIGTERM, &sa, &saved_term);
+        /* A signal ignored at startup (a background job's SIGINT) stays ignored, as shells do. */
+        sigaction(SIGINT, NULL, &saved_int);
+        sigaction(SIGTERM, NULL, &saved_term);
+        if (saved_int.sa_handler != SIG_IGN)
+            sigaction(SIGINT, &sa, NULL);
+        if (saved_term.sa_handler != SIG_IGN)
+            sigaction(SIGTERM, &sa, NULL);
         catching = 1;
     } else if (!on && catching) {
         sigaction(SIGINT, &saved_int, NULL);

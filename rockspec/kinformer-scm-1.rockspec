@@ -27,6 +27,8 @@ build = {
     ["kinformer.resources"] = "lua/kinformer/resources.lua",
     ["kinformer.config"] = "lua/kinformer/config.lua",
     ["kinformer.informer"] = "lua/kinformer/informer.lua",
+    ["kinformer.workqueue"] = "lua/kinformer/workqueue.lua",
+    ["kinformer.ngx"] = "lua/kinformer/ngx.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",

@@ -32,26 +32,42 @@ _M.tombstone = core.tombstone
 _M.is_tombstone = core.is_tombstone
 
 local resources = require "kinformer.resources"
+local config = require "kinformer.config"
 
 local Client = {}
 Client.__index = Client
 
---- kinformer.client{ server = URL, token = T, ca_file = path, insecure_skip_tls_verify = false,
---                    connect_timeout = 10 } -> client | nil, err
+--- kinformer.client([opts]) -> client | nil, err
 -- A connection to one API server; its list/watch transfers run on one I/O thread of its own,
--- started by the first reflector that starts. (Configuration from kubeconfig files and from
--- inside a cluster is not there yet: give server (and token) explicitly.)
+-- started by the first reflector that starts. Without `server`, the connection comes from
+-- $KUBECONFIG, ~/.kube/config or the in-cluster service account (client-go's rules, see
+-- docs/config.md): opts may then name `kubeconfig`, `context`, `namespace`, `in_cluster`.
+-- With `server`, opts describe it all: token, token_file, username/password, exec, ca_file,
+-- ca_data, client_cert_*, client_key_*, tls_server_name, proxy, insecure_skip_tls_verify.
+-- Fields: client.server, client.namespace (the context's, or "default"), client.context,
+-- client.source ("options", "kubeconfig PATHS", "in-cluster").
 function _M.client(opts)
-  if opts == nil or (type(opts) == "table" and opts.server == nil) then
-    return nil, "no server given: kubeconfig and in-cluster configuration are not implemented "
-      .. "yet; use kinformer.client{ server = URL, token = ... }"
+  local o, err = config._load(opts, 3) -- not a tail call: level 3 is our caller
+  if not o then return nil, err end
+  local namespace, source, context = o.namespace, o.source, o.context
+  o.namespace, o.source, o.context = nil, nil, nil
+  local ok, c
+  if source == "options" then
+    c, err = core.client(o)
+  else
+    -- Values from a file are data, not arguments: whatever the core refuses is an error value.
+    ok, c, err = pcall(core.client, o)
+    if not ok then
+      err = tostring(c):match("^bad argument #1 to 'client' %((.*)%)$") or tostring(c)
+      c = nil
+    end
+    if not c and type(err) == "string" then
+      err = source .. (context and (", context " .. context) or "") .. ": " .. err
+    end
   end
-  if type(opts) ~= "table" then
-    error("bad argument #1 to 'client' (table expected, got " .. type(opts) .. ")", 2)
-  end
-  local c, err = core.client(opts)
   if not c then return nil, err end
-  return setmetatable({ _core = c, server = c:server() }, Client)
+  return setmetatable({ _core = c, server = c:server(), namespace = namespace,
+                        context = context, source = source }, Client)
 end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
@@ -108,6 +124,13 @@ end
 -- the timeout passes ("timeout"), every informer stopped ("stopped"), or SIGINT / SIGTERM
 -- arrives ("SIGINT" / "SIGTERM"). done() is checked after each batch and at least every 100 ms.
 _M.run = informer.run
+
+--- kinformer.workqueue{ ... } -> queue: client-go's rate-limited work queue (docs/workqueue.md);
+-- also kinformer.workqueue.default_rate_limiter{ ... } and the other rate limiters.
+_M.workqueue = require "kinformer.workqueue"
+
+--- kinformer.now() -> seconds on a monotonic clock (for timing in scripts; not wall time).
+_M.now = core.now
 
 --- kinformer.encode(obj) -> JSON: an object's JSON (the cached bytes for objects from kinformer).
 _M.encode = core.encode
