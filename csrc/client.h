@@ -5,6 +5,8 @@
  * - A client owns one libcurl multi handle driven by one I/O thread, started when the first
  *   reflector attaches (never at creation: nginx creates clients before forking workers) and
  *   stopped when the client is freed. Every transfer of every attached reflector runs there.
+ * - Received bodies are scanned on a second thread, the client's pipe (pipe.h): the I/O thread
+ *   writes body bytes into it, the pipe's thread runs the reflector's scanner on them.
  * - Configuration is copied at creation and immutable afterwards. Secrets (token, keys) live
  *   only in the copy and in curl's request headers; they never reach an error message, a log
  *   line or a status.
@@ -21,6 +23,7 @@
 #include <curl/curl.h>
 
 #include "kinf.h"
+#include "pipe.h"
 
 typedef struct kinf_client kinf_client;
 typedef struct kinf_reflector kinf_reflector;
@@ -52,6 +55,8 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
 /* I/O thread: start / abort a transfer made by kinf_client_easy (remove also cleans it up). */
 kinf_err kinf_client_add(kinf_client *c, CURL *easy);
 void kinf_client_remove(kinf_client *c, CURL *easy);
+/* I/O thread: the pipe to the client's scanner thread (the I/O thread is its only writer). */
+kinf_pipe *kinf_client_pipe(kinf_client *c);
 /* The server URL as configured (no secrets in it). */
 const char *kinf_client_server(const kinf_client *c);
 

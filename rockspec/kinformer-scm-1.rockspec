@@ -27,7 +27,7 @@ build = {
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
-        "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c",
+        "csrc/jsonscan.c", "csrc/pipe.c", "csrc/client.c", "csrc/reflector.c",
         "csrc/lua_core.c", "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
       },
       defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
