@@ -1,6 +1,9 @@
 -- Reflector throughput against the fake API server on loopback, next to the floor measured in
 -- the same run: `curl -s -o /dev/null` of the same list, and a raw socket reader of the same
--- watch stream (tools/fake-apiserver/watch_rate.py).
+-- watch stream (tools/fake-apiserver/watch_rate.py). The watch is measured twice: from the
+-- Python fake server (whose delivery rate is close to the target) and from a replay of the
+-- same burst recorded to a file and sent with sendfile (bench/stream_replay.py), so the
+-- figure is kinformer's rather than the server's.
 --
 --   make bench-reflector            (100k pods, 200k events)
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/lua5.4/?.so;;' \
@@ -92,21 +95,41 @@ for _, mode in ipairs{ "list-onepage", "list", "list-keep" } do
   print(("| %s | %.3f | %.0f | %.0f | %.0f |"):format(label, dt, PODS / dt, bytes / 1e6 / dt, rss))
 end
 
--- Watch: the floor reads the same kind of stream with a raw socket.
+-- Watch: the floor reads the same kind of stream with a raw socket (timed from the first event
+-- byte, as the events are held back until the release).
+local function floor_read(base, rv)
+  local fp = io.popen(("python3 tools/fake-apiserver/watch_rate.py %s '/api/v1/pods?watch=true&resourceVersion=%s' %d"):format(base, rv, EVENTS))
+  sleep(0.5)
+  sh(("curl -s -o /dev/null -X POST %s/_fake/release"):format(base))
+  local out = fp:read("a")
+  fp:close()
+  return (out:gsub("\n", " "))
+end
 local head = sh(("curl -s %s/_fake/info"):format(url)):match('"resourceVersion": *"(%d+)"')
-local floor_cmd = ("python3 tools/fake-apiserver/watch_rate.py %s '/api/v1/pods?watch=true&resourceVersion=%s' %d"):format(url, head, EVENTS)
 sh(("curl -s -o /dev/null -X POST -H 'Content-Type: application/json' -d '{\"resource\":\"pods\",\"count\":%d,\"hold\":true}' %s/_fake/modify"):format(EVENTS, url))
-local fp = io.popen(floor_cmd)
-sleep(0.5)
-sh(("curl -s -o /dev/null -X POST %s/_fake/release"):format(url))
-local floor = fp:read("a")
-fp:close()
+local floor = floor_read(url, head)
+-- The same burst, recorded from the server's history for the replay below.
+local rec = os.tmpname()
+sh(("python3 bench/stream_replay.py record %s '/api/v1/pods?watch=true&resourceVersion=%s' %d %s"):format(url, head, EVENTS, rec))
 print()
 print("| " .. EVENTS .. " MODIFIED events, prepared, then released as a burst | s | events/s | peak RSS MB |")
 print("|---|---:|---:|---:|")
-print("| raw socket reader (watch_rate.py): " .. floor:gsub("\n", " ") .. " | | | |")
+print("| Python fake server, raw socket reader (watch_rate.py): " .. floor .. " | | | |")
 local f = child("watch", EVENTS)
-print(("| kinformer reflector -> DeltaFIFO | %.3f | %.0f | %.0f |"):format(
+print(("| Python fake server -> kinformer reflector -> DeltaFIFO | %.3f | %.0f | %.0f |"):format(
   tonumber(f[2]), EVENTS / tonumber(f[2]), tonumber(f[4])))
 os.execute("kill " .. pid)
 p:close()
+
+local rp = io.popen(("sh -c 'echo $$; exec python3 bench/stream_replay.py serve %s %s 2>/dev/null'"):format(rec, head))
+local rpid = rp:read("l")
+local rurl = rp:read("l")
+assert(rurl and rurl:match("^http://"), "replay server did not start")
+url = rurl
+print("| replay (sendfile of the recorded burst), raw socket reader: " .. floor_read(rurl, head) .. " | | | |")
+f = child("watch", EVENTS)
+print(("| replay -> kinformer reflector -> DeltaFIFO (empty list first) | %.3f | %.0f | %.0f |"):format(
+  tonumber(f[2]), EVENTS / tonumber(f[2]), tonumber(f[4])))
+os.execute("kill " .. rpid)
+rp:close()
+os.remove(rec)

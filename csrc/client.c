@@ -10,6 +10,12 @@
  * (credentials.c) and the copied configuration. A finished transfer whose status is 401 marks
  * the credential generation it carried as stale before its reflector sees the result; the
  * reflector's normal error path (backoff, then a new request) then picks up a refreshed token.
+ * Its second thread, the scanner thread of `pipe` (pipe.h), consumes what the I/O thread
+ * receives: the reflectors' write callbacks copy body bytes into the pipe and return at once,
+ * and the scanner thread runs jsonscan, builds the records and queues them in the DeltaFIFO,
+ * so receiving and scanning overlap. Both threads start with the first attach (the pipe's at
+ * its first write) and are joined by the last unref: the I/O thread first (it is the pipe's
+ * only writer), then the pipe.
  */
 #include "client.h"
 
@@ -21,10 +27,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "pipe.h"
 #include "reflector.h"
 
 #define MAX_REFLECTORS_PER_CLIENT 4096
 #define PEM_CHECK_MAX (1024 * 1024) /* bytes of a PEM file read at creation to check it */
+/* Received bytes in flight between the I/O thread and the scanner thread: at most
+ * PIPE_BLOCKS blocks of PIPE_BLOCK bytes (4 MiB), about 2 ms of scanning. */
+#define PIPE_BLOCK ((size_t)256 << 10)
+#define PIPE_BLOCKS 16
 
 struct kinf_client {
     atomic_long refs;
@@ -44,6 +55,7 @@ struct kinf_client {
     pthread_mutex_t mu;
     pthread_cond_t changed;     /* signalled when a detach completes */
     CURLM *multi;               /* I/O thread, except creation and curl_multi_wakeup */
+    kinf_pipe *pipe;            /* written by the I/O thread only (pipe.h) */
     pthread_t thread;
     int thread_running;         /* [mu] */
     int stopping;               /* [mu] */
@@ -378,7 +390,9 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
         goto nomem;
     }
     c->multi = curl_multi_init();
-    if (c->multi == NULL) {
+    c->pipe = c->multi ? kinf_pipe_new(PIPE_BLOCK, PIPE_BLOCKS, err) : NULL;
+    if (c->pipe == NULL) {
+        curl_multi_cleanup(c->multi);
         pthread_cond_destroy(&c->changed);
         pthread_mutex_destroy(&c->mu);
         goto nomem;
@@ -417,6 +431,7 @@ void kinf_client_unref(kinf_client *c)
         curl_multi_wakeup(c->multi);
         pthread_join(c->thread, NULL);
     }
+    kinf_pipe_free(c->pipe); /* after the I/O thread, its only writer */
     curl_multi_cleanup(c->multi);
     client_free_config(c);
     free(c->attached);
@@ -425,6 +440,11 @@ void kinf_client_unref(kinf_client *c)
     pthread_mutex_destroy(&c->mu);
     free(c);
     curl_global_cleanup();
+}
+
+kinf_pipe *kinf_client_pipe(kinf_client *c)
+{
+    return c->pipe;
 }
 
 const char *kinf_client_server(const kinf_client *c)

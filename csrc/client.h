@@ -5,6 +5,8 @@
  * - A client owns one libcurl multi handle driven by one I/O thread, started when the first
  *   reflector attaches (never at creation: nginx creates clients before forking workers) and
  *   stopped when the client is freed. Every transfer of every attached reflector runs there.
+ * - Received bodies are scanned on a second thread, the client's pipe (pipe.h): the I/O thread
+ *   writes body bytes into it, the pipe's thread runs the reflector's scanner on them.
  * - Configuration is copied at creation and immutable afterwards; files named in it (token,
  *   CA, client certificate and key) are checked then, so a missing or unreadable one is an
  *   error of kinf_client_new. Secrets (token, password, keys) live only in the copy, in the
@@ -31,6 +33,7 @@
 
 #include "credentials.h"
 #include "kinf.h"
+#include "pipe.h"
 
 typedef struct kinf_client kinf_client;
 typedef struct kinf_reflector kinf_reflector;
@@ -84,6 +87,8 @@ void kinf_client_remove(kinf_client *c, CURL *easy);
  * 127.0.0.1: SSL certificate problem: self-signed certificate". Secrets are redacted. */
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
                                 size_t len);
+/* I/O thread: the pipe to the client's scanner thread (the I/O thread is its only writer). */
+kinf_pipe *kinf_client_pipe(kinf_client *c);
 /* The server URL as configured (no secrets in it). */
 const char *kinf_client_server(const kinf_client *c);
 

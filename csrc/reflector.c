@@ -16,10 +16,20 @@
  * server paginated before (client-go's pager rules); continuation pages carry no rv.
  * Backoff: initial 0.8 s, x2 per use, cap 30 s, jitter 1.0 (d + rand*d), reset after 2 minutes
  * without a use; Retry-After on 429/503 lengthens the wait to at least what the server asked.
+ *
+ * Two threads. The state machine, curl and the write callback run on the client's I/O thread;
+ * the write callback only copies a 2xx body into the client's pipe (pipe.h). The pipe's scanner
+ * thread runs scan_chunk: jsonscan and its callbacks (records, list items, DeltaFIFO adds,
+ * watch rv). The fields marked [scan] below belong to the scanner thread while a transfer is in
+ * flight and to the I/O thread otherwise: the I/O thread touches them only before the transfer
+ * starts (no byte queued yet) and after kinf_pipe_flush (io_done) or kinf_pipe_cancel
+ * (io_detach), whose mutex orders the accesses. While a transfer runs, the one thing the I/O
+ * thread reads is the atomic scan_failed, to abort a transfer whose body is bad.
  */
 #include "reflector.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +39,7 @@
 #include "jsonscan.h"
 
 #define ERRBODY_MAX (64 * 1024)
+#define RECV_BUFFER (128L * 1024)
 #define VERY_SHORT_WATCH 1.0
 #define BACKOFF_RESET 120.0
 
@@ -47,39 +58,44 @@ struct kinf_reflector {
     kinf_reflector_status st; /* [mu] */
     int attached;             /* [mu] from the caller's side: start/stop */
 
-    /* Everything below: I/O thread only. */
+    /* Everything below: I/O thread only, except [scan] (see the top of the file). */
     phase_t phase;
     next_t next;
     double due;
     CURL *easy;
-    kinf_scanner *scanner;
+    kinf_pipe *pipe;          /* the client's; immutable */
+    kinf_scanner *scanner;    /* [scan] */
     long http_code;           /* of the transfer in progress, 0 until headers arrive */
     double retry_after;
     char *errbody;            /* non-2xx body, bounded */
     size_t errlen;
-    kinf_err scan_err;        /* first error raised while scanning, or by our callbacks */
-    char scan_msg[300];
+    kinf_err scan_err;        /* [scan] first error raised while scanning, or by our callbacks */
+    char scan_msg[300];       /* [scan] */
+    atomic_int scan_failed;   /* scan_err was set: the I/O thread aborts the transfer */
+    kinf_err pipe_err;        /* the body could not be queued (out of memory) */
     char xfer_msg[300];       /* transport failure of the finished transfer (client's words) */
 
     /* list */
-    kinf_object **items;
-    size_t nitems, capitems;
+    kinf_object **items;      /* [scan] */
+    size_t nitems, capitems;  /* [scan] */
     char list_rv[256];        /* rv requested by the first page of this list */
-    char page_rv[256];        /* rv the server reported */
+    char page_rv[256];        /* rv the server reported (on_list_end, after the flush) */
     char *continue_token;
     int full_list;            /* the continuation expired: one unpaginated list at list_rv */
     int paginated;            /* the server paginated a list before */
     int rv_unavailable;       /* next list with resourceVersion="" */
     int retried_unavailable;  /* the consistent-read retry was already made for this list */
-    char last_rv[256];
+    char last_rv[256];        /* [scan] */
 
     /* watch */
     double watch_started;
-    unsigned long watch_events;
-    int initial_phase;        /* WatchList: collecting the initial objects */
+    unsigned long watch_events; /* [scan] */
+    int initial_phase;        /* [scan] WatchList: collecting the initial objects */
     int watch_list_failed;    /* fall back to the paginated list once */
-    kinf_status ev_status;
-    int ev_error;
+    kinf_status ev_status;    /* [scan] */
+    int ev_error;             /* [scan] */
+    unsigned long pub_events; /* [scan] events of this chunk not yet in st.events */
+    int pub_any;              /* [scan] this chunk had an event (bookmarks too) */
 
     /* backoff */
     double backoff, backoff_used_at;
@@ -150,7 +166,9 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     if (r->scanner == NULL)
         goto nomem;
     r->client = kinf_client_ref(client);
+    r->pipe = kinf_client_pipe(client);
     r->fifo = kinf_fifo_ref(fifo);
+    atomic_init(&r->scan_failed, 0);
     r->st.phase = "stopped";
     *err = KINF_OK;
     return r;
@@ -328,6 +346,34 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     return len;
 }
 
+/* Scanner thread: the next bytes of r's 2xx body (pipe callback). */
+static void scan_chunk(void *target, const char *buf, size_t len)
+{
+    kinf_reflector *r = target;
+    kinf_err err;
+
+    if (r->scan_err != KINF_OK)
+        return; /* the transfer is being aborted: the rest of the body is not looked at */
+    err = kinf_scanner_feed(r->scanner, buf, len);
+    if (err != KINF_OK) {
+        r->scan_err = err;
+        if (!r->ev_error)
+            snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
+        atomic_store_explicit(&r->scan_failed, 1, memory_order_relaxed);
+    }
+    if (r->pub_any) {
+        /* Watch status once per chunk, not per event: one lock and one rv copy. */
+        double t = now_mono();
+        pthread_mutex_lock(&r->mu);
+        r->st.events += r->pub_events;
+        r->st.last_event_time = t;
+        snprintf(r->st.resource_version, sizeof(r->st.resource_version), "%s", r->last_rv);
+        pthread_mutex_unlock(&r->mu);
+        r->pub_events = 0;
+        r->pub_any = 0;
+    }
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
     kinf_reflector *r = ud;
@@ -349,14 +395,14 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
         r->errlen += room;
         return len;
     }
-    err = kinf_scanner_feed(r->scanner, data, len);
+    /* Scanned on the scanner thread (scan_chunk); a failure seen there aborts the transfer at
+     * the next chunk (or the transfer ends first: io_done waits for the scan either way). */
+    if (atomic_load_explicit(&r->scan_failed, memory_order_relaxed))
+        return 0;
+    err = kinf_pipe_write(r->pipe, scan_chunk, r, data, len);
     if (err != KINF_OK) {
-        if (r->scan_err == KINF_OK) {
-            r->scan_err = err;
-            if (!r->ev_error)
-                snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
-        }
-        return 0; /* abort the transfer */
+        r->pipe_err = err;
+        return 0;
     }
     return len;
 }
@@ -373,11 +419,19 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
     r->http_code = 0;
     r->retry_after = 0;
     r->errlen = 0;
+    /* No byte of this transfer is queued yet and the previous one was flushed or cancelled:
+     * the [scan] fields are ours here. */
     r->scan_err = KINF_OK;
     r->scan_msg[0] = '\0';
     r->ev_error = 0;
+    r->pub_events = 0;
+    r->pub_any = 0;
+    r->pipe_err = KINF_OK;
+    atomic_store_explicit(&r->scan_failed, 0, memory_order_relaxed);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
+    /* Fewer, larger reads: a big list arrives in 128 KiB pieces instead of 16 KiB ones. */
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, RECV_BUFFER);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, r);
     /* A transfer that moves no byte for idle_timeout is dead (stalled server, lost peer). */
@@ -672,12 +726,10 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             return err;
     }
     r->watch_events++;
-    pthread_mutex_lock(&r->mu);
+    /* st.events, last_event_time and resource_version are published by scan_chunk. */
     if (item->type != KINF_EV_BOOKMARK)
-        r->st.events++;
-    r->st.last_event_time = now_mono();
-    snprintf(r->st.resource_version, sizeof(r->st.resource_version), "%s", r->last_rv);
-    pthread_mutex_unlock(&r->mu);
+        r->pub_events++;
+    r->pub_any = 1;
     return KINF_OK;
 }
 
@@ -842,6 +894,12 @@ void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
         kinf_client_transfer_error(r->client, easy, result, r->xfer_msg, sizeof(r->xfer_msg));
     kinf_client_remove(r->client, easy);
     r->easy = NULL;
+    /* The body's last bytes may still be queued: the [scan] fields are ours after this. */
+    kinf_pipe_flush(r->pipe, r);
+    if (r->pipe_err != KINF_OK && r->scan_err == KINF_OK) {
+        r->scan_err = r->pipe_err;
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "out of memory queueing the response body");
+    }
     if (phase == PH_LIST)
         list_done(r, result);
     else if (phase == PH_WATCH)
@@ -852,6 +910,7 @@ void kinf_reflector_io_detach(kinf_reflector *r)
 {
     kinf_client_remove(r->client, r->easy);
     r->easy = NULL;
+    kinf_pipe_cancel(r->pipe, r); /* the [scan] fields are ours after this */
     drop_items(r);
     r->phase = PH_IDLE;
 }

@@ -33,7 +33,7 @@ build = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c", "csrc/jsonspan.c",
-        "csrc/informer.c",
+        "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c",
         "csrc/lua_core.c", "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
         "csrc/lua_informer.c",

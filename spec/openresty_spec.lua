@@ -299,13 +299,14 @@ local function describe_model(model)
         local deadline = now() + 3
         while watches() ~= informer_processes() and now() < deadline do sleep(0.05) end
         assert.equals(informer_processes(), watches())
-        -- the master never runs an I/O thread; a process with informers has exactly one
+        -- the master never runs an I/O thread; a process with informers has exactly its
+        -- client's two (the I/O thread and the scanner thread)
         assert.equals(1, openresty.threads(router.pid))
         local st = status()
         local runs = {}
         for _, p in ipairs(st.processes) do runs[p.pid] = true end
         for _, k in ipairs(kids) do
-          assert.equals(runs[k.pid] and 2 or 1, openresty.threads(k.pid), k.title)
+          assert.equals(runs[k.pid] and 3 or 1, openresty.threads(k.pid), k.title)
         end
         assert.equals(B2 .. "," .. B4, keys(hits(20)))
       end
