@@ -184,6 +184,13 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     if (obj == NULL)
         return;
     lua_rawgeti(L, uv, PINNED);
+    kl_rawgetp(L, -1, obj);
+    if (lua_isnil(L, -1)) {
+        /* Never handed out: nothing pinned, and BYKEY only holds keys of pinned records. */
+        lua_pop(L, 2);
+        return;
+    }
+    lua_pop(L, 1);
     lua_pushnil(L);
     kl_rawsetp(L, -2, obj);
     lua_rawgeti(L, uv, BYKEY);
