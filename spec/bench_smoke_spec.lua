@@ -2,18 +2,8 @@
 -- completes, prints its three tables and the target verdicts, and stops its fake API server.
 -- No timing is asserted (figures at this size mean nothing; see bench/README.md).
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat", "r")
-  if not f then return false end
-  local stat = f:read("a") or ""
-  f:close()
-  local state = stat:match("%)%s+(%a)")
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
+local proc = require "support.proc"
+local quote, alive = proc.quote, proc.alive
 
 describe("bench/informer_bench.lua (smoke size)", function()
   it("runs at 300 pods and prints its tables and verdicts", function()

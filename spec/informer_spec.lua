@@ -64,19 +64,8 @@ local function recorder()
   return r
 end
 
-local function server_state(srv)
-  local m = {}
-  for _, o in ipairs(srv:state("pods").items) do
-    m[o.metadata.namespace .. "/" .. o.metadata.name] = o.metadata.resourceVersion
-  end
-  return m
-end
-
-local function store_state(store)
-  local m = {}
-  for _, o in ipairs(store:list()) do m[kinformer.key_of(o)] = o.metadata.resourceVersion end
-  return m
-end
+local function server_state(srv) return srv:versions("pods") end
+local store_state, same = fake.versions, fake.same_versions
 
 local srv, client
 local function fresh_server(args)
@@ -200,11 +189,6 @@ describe("shared informer", function()
       patch(srv, "default", "p1", { app = "changed" })
       delete(srv, "default", "p2")
       local want = server_state(srv)
-      local same = function(a, b)
-        for k, v in pairs(a) do if b[k] ~= v then return false end end
-        for k in pairs(b) do if a[k] == nil then return false end end
-        return true
-      end
       assert.is_true(pump(inf, 10, function()
         return same(live[1], want) and same(live[2], want) and same(store_state(inf:store()), want)
       end))
@@ -597,11 +581,6 @@ describe("shared informer", function()
         if step % 10 == 0 then inf:dispatch(1000) end
       end
       local want = server_state(srv)
-      local function same(a, b)
-        for k, v in pairs(a) do if b[k] ~= v then return false end end
-        for k in pairs(b) do if a[k] == nil then return false end end
-        return true
-      end
       local converged = pump(inf, 20, function()
         return same(store_state(inf:store()), want) and same(histories[1], want)
           and same(histories[2], want)

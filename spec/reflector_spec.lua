@@ -41,29 +41,8 @@ local function setup(srv, opts)
   return h
 end
 
--- key -> resourceVersion of a store / of the server.
-local function store_state(store)
-  local m = {}
-  for _, o in ipairs(store:list()) do m[kinformer.key_of(o)] = o.metadata.resourceVersion end
-  return m
-end
-
-local function server_state(srv, resource)
-  local m = {}
-  for _, o in ipairs(srv:state(resource or "pods").items) do
-    m[(o.metadata.namespace and o.metadata.namespace ~= "" and o.metadata.namespace .. "/" or "")
-      .. o.metadata.name] = o.metadata.resourceVersion
-  end
-  return m
-end
-
 local function same_as_server(h, srv)
-  return function()
-    local a, b = store_state(h.store), server_state(srv)
-    for k, v in pairs(a) do if b[k] ~= v then return false end end
-    for k, v in pairs(b) do if a[k] ~= v then return false end end
-    return true
-  end
+  return function() return fake.same_versions(fake.versions(h.store), srv:versions("pods")) end
 end
 
 -- The reflector's GETs on the pods collection, in order.

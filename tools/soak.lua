@@ -106,26 +106,9 @@ local ok, err = pcall(function()
   -- Quiesce: no more writes or faults, then the cache must catch up with the server.
   srv:churn(0)
   srv:clear_faults()
-  local function server_state()
-    local m = {}
-    for _, o in ipairs(srv:state("pods").items) do
-      m[o.metadata.namespace .. "/" .. o.metadata.name] = o.metadata.resourceVersion
-    end
-    return m
-  end
-  local function same(a, b)
-    for k, v in pairs(a) do if b[k] ~= v then return false end end
-    for k in pairs(b) do if a[k] == nil then return false end end
-    return true
-  end
-  local want = server_state()
-  local function cache_state()
-    local m = {}
-    for _, o in ipairs(pods:store():list()) do m[kinformer.key_of(o)] = o.metadata.resourceVersion end
-    return m
-  end
+  local want = srv:versions("pods")
   local converged = kinformer.run({ pods }, { timeout = 60, done = function()
-    return same(cache_state(), want) and same(live, want)
+    return fake.same_versions(fake.versions(pods:store()), want) and fake.same_versions(live, want)
   end }) == "done"
   local st = pods:status()
   pods:stop()

@@ -12,6 +12,7 @@ local cjson = require "cjson"
 local http = require "socket.http"
 local ltn12 = require "ltn12"
 local socket = require "socket"
+local proc = require "support.proc"
 
 local _M = { _VERSION = "0.1" }
 
@@ -20,20 +21,7 @@ Server.__index = Server
 
 local running = {} -- pid -> server, for the clean-up at exit
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
--- True while the process exists and has not exited (an exited child stays a zombie until
--- io.popen's close() reaps it).
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat", "r")
-  if not f then return false end
-  local stat = f:read("a") or ""
-  f:close()
-  local state = stat:match("%)%s+(%a)")
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
+local quote, alive = proc.quote, proc.alive
 
 --- fake.start{ args = {...}, root = path, log = file, quiet = bool } -> server
 -- args are passed to server.py; root defaults to KINFORMER_ROOT (set by spec/helper.lua);
@@ -152,6 +140,31 @@ function Server:watches() return self:control("GET", "/_fake/watches") end
 function Server:info() return self:control("GET", "/_fake/info") end
 function Server:churn(rate) return self:control("POST", "/_fake/churn", { rate = rate }) end
 
+--- srv:versions(resource[, namespace]) -> { ["ns/name" or "name"] = resourceVersion, ... }
+function Server:versions(resource, namespace)
+  local m = {}
+  for _, o in ipairs(self:state(resource, namespace).items) do
+    local ns = o.metadata.namespace
+    m[(ns and ns ~= "" and ns .. "/" or "") .. o.metadata.name] = o.metadata.resourceVersion
+  end
+  return m
+end
+
+--- fake.versions(store) -> the same map for a kinformer store (or anything with list()).
+function _M.versions(store)
+  local key_of = require("kinformer").key_of
+  local m = {}
+  for _, o in ipairs(store:list()) do m[key_of(o)] = o.metadata.resourceVersion end
+  return m
+end
+
+--- fake.same_versions(a, b) -> whether two such maps are equal
+function _M.same_versions(a, b)
+  for k, v in pairs(a) do if b[k] ~= v then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
 --- srv:resource_version() -> the current resourceVersion as a number
 function Server:resource_version() return tonumber(self:info().resourceVersion) end
 
@@ -185,15 +198,8 @@ users:
 end
 
 -- Stop whatever is still running when the Lua state closes (a spec that forgot stop()).
-local function stop_all()
+_M._sentinel = proc.at_exit(function()
   for _, srv in pairs(running) do pcall(Server.stop, srv) end
-end
-if rawget(_G, "newproxy") then -- LuaJIT / 5.1: tables have no __gc
-  local p = newproxy(true)
-  getmetatable(p).__gc = stop_all
-  _M._sentinel = p
-else
-  _M._sentinel = setmetatable({}, { __gc = stop_all })
-end
+end)
 
 return _M

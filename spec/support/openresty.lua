@@ -13,6 +13,7 @@
 -- The router's configuration is examples/openresty/nginx.conf itself, with its listen address,
 -- worker count and checkout paths replaced.
 local socket = require "socket"
+local proc = require "support.proc"
 
 local _M = {}
 
@@ -21,9 +22,7 @@ Instance.__index = Instance
 
 local running = {} -- prefix -> instance
 
-local function quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
+local quote = proc.quote
 
 local function sh(cmd)
   local p = io.popen(cmd .. " 2>&1")
@@ -50,12 +49,7 @@ local function root()
   return rawget(_G, "KINFORMER_ROOT") or "."
 end
 
-local function alive(pid)
-  local stat = read_file("/proc/" .. pid .. "/stat")
-  if not stat then return false end
-  local state = stat:match("%)%s+(%a)")
-  return state ~= nil and state ~= "Z" and state ~= "X"
-end
+local alive = proc.alive
 _M.alive = alive
 
 _M.LUA_MODULE = "/usr/lib/nginx/modules/ngx_http_lua_module.so"
@@ -364,15 +358,8 @@ function _M.converge(o)
 end
 
 -- Stop whatever is still running when the Lua state closes.
-local function stop_all()
+_M._sentinel = proc.at_exit(function()
   for _, inst in pairs(running) do pcall(Instance.stop, inst) end
-end
-if rawget(_G, "newproxy") then
-  local p = newproxy(true)
-  getmetatable(p).__gc = stop_all
-  _M._sentinel = p
-else
-  _M._sentinel = setmetatable({}, { __gc = stop_all })
-end
+end)
 
 return _M
