@@ -50,7 +50,10 @@ struct kinf_client {
     struct curl_slist *connect_to; /* tls_server_name: the URL's real host and port */
     int insecure;
     long connect_timeout_ms;
-    kinf_creds *creds;          /* I/O thread once the thread runs (creation before) */
+    kinf_creds *creds;          /* [creds_mu]: the I/O thread and blocking requests
+                                   (request.h) share it */
+    pthread_mutex_t creds_mu;   /* taken alone, never with mu; a refresh (exec plugin) runs
+                                   under it, so it may be held for the plugin's timeout */
 
     pthread_mutex_t mu;
     pthread_cond_t changed;     /* signalled when a detach completes */
@@ -385,7 +388,12 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
         goto nomem;
     if (pthread_mutex_init(&c->mu, NULL) != 0)
         goto nomem;
+    if (pthread_mutex_init(&c->creds_mu, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        goto nomem;
+    }
     if (pthread_cond_init(&c->changed, NULL) != 0) {
+        pthread_mutex_destroy(&c->creds_mu);
         pthread_mutex_destroy(&c->mu);
         goto nomem;
     }
@@ -394,6 +402,7 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
     if (c->pipe == NULL) {
         curl_multi_cleanup(c->multi);
         pthread_cond_destroy(&c->changed);
+        pthread_mutex_destroy(&c->creds_mu);
         pthread_mutex_destroy(&c->mu);
         goto nomem;
     }
@@ -437,6 +446,7 @@ void kinf_client_unref(kinf_client *c)
     free(c->attached);
     free(c->detaching);
     pthread_cond_destroy(&c->changed);
+    pthread_mutex_destroy(&c->creds_mu);
     pthread_mutex_destroy(&c->mu);
     free(c);
     curl_global_cleanup();
@@ -530,7 +540,7 @@ static void *io_thread(void *arg)
                 curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
                 curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
                 if (code == 401) /* refresh what this request carried before the next one */
-                    kinf_creds_invalidate(c->creds, x->cred_gen);
+                    kinf_client_unauthorized(c, easy);
                 /* io_done removes and cleans up the handle; msg is invalid afterwards. */
                 kinf_reflector_io_done(x->priv, easy, result);
             }
@@ -650,8 +660,11 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
         kinf_errmsg(errbuf, errlen, "out of memory");
         goto fail;
     }
-    if (kinf_creds_get(c->creds, &cred, errbuf, errlen) != KINF_OK)
+    pthread_mutex_lock(&c->creds_mu); /* cred's strings live until the next get */
+    if (kinf_creds_get(c->creds, &cred, errbuf, errlen) != KINF_OK) {
+        pthread_mutex_unlock(&c->creds_mu);
         goto fail;
+    }
     x->priv = priv;
     x->cred_gen = cred.generation;
     memcpy(url, c->base, nb);
@@ -676,6 +689,13 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
         SET(CURLOPT_USERNAME, cred.username);
         SET(CURLOPT_PASSWORD, cred.password ? cred.password : "");
     }
+    if (cred.cert_pem != NULL) {
+        set_blob(easy, CURLOPT_SSLCERT_BLOB, "CURLOPT_SSLCERT_BLOB", cred.cert_pem, &failed,
+                 errbuf, errlen);
+        set_blob(easy, CURLOPT_SSLKEY_BLOB, "CURLOPT_SSLKEY_BLOB", cred.key_pem, &failed,
+                 errbuf, errlen);
+    }
+    pthread_mutex_unlock(&c->creds_mu); /* libcurl copied what it keeps */
     SET(CURLOPT_SSL_VERIFYPEER, c->insecure ? 0L : 1L);
     SET(CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L);
     if (c->ca_data != NULL || c->ca_file != NULL) {
@@ -686,12 +706,7 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
             set_blob(easy, CURLOPT_CAINFO_BLOB, "CURLOPT_CAINFO_BLOB", c->ca_data, &failed,
                      errbuf, errlen);
     }
-    if (cred.cert_pem != NULL) {
-        set_blob(easy, CURLOPT_SSLCERT_BLOB, "CURLOPT_SSLCERT_BLOB", cred.cert_pem, &failed,
-                 errbuf, errlen);
-        set_blob(easy, CURLOPT_SSLKEY_BLOB, "CURLOPT_SSLKEY_BLOB", cred.key_pem, &failed,
-                 errbuf, errlen);
-    } else {
+    if (cred.cert_pem == NULL) {
         if (c->cert_data != NULL)
             set_blob(easy, CURLOPT_SSLCERT_BLOB, "CURLOPT_SSLCERT_BLOB", c->cert_data, &failed,
                      errbuf, errlen);
@@ -719,6 +734,62 @@ fail:
     return NULL;
 }
 
+struct curl_slist *kinf_client_headers(const kinf_client *c, const char *const *extra)
+{
+    struct curl_slist *list = NULL, *more;
+    for (const struct curl_slist *h = c->headers; h != NULL; h = h->next) {
+        if ((more = curl_slist_append(list, h->data)) == NULL)
+            goto nomem;
+        list = more;
+    }
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
+        if ((more = curl_slist_append(list, extra[i])) == NULL)
+            goto nomem;
+        list = more;
+    }
+    return list;
+nomem:
+    curl_slist_free_all(list);
+    return NULL;
+}
+
+void kinf_client_easy_free(CURL *easy)
+{
+    xfer *x = NULL;
+    if (easy == NULL)
+        return;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    curl_easy_cleanup(easy);
+    free(x);
+}
+
+void kinf_client_unauthorized(kinf_client *c, CURL *easy)
+{
+    xfer *x = NULL;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    if (x == NULL)
+        return;
+    pthread_mutex_lock(&c->creds_mu);
+    kinf_creds_invalidate(c->creds, x->cred_gen);
+    pthread_mutex_unlock(&c->creds_mu);
+}
+
+int kinf_client_refreshable(kinf_client *c)
+{
+    int r;
+    pthread_mutex_lock(&c->creds_mu);
+    r = kinf_creds_refreshable(c->creds);
+    pthread_mutex_unlock(&c->creds_mu);
+    return r;
+}
+
+void kinf_client_redact(kinf_client *c, char *msg, size_t len)
+{
+    pthread_mutex_lock(&c->creds_mu);
+    kinf_creds_redact(c->creds, msg, len);
+    pthread_mutex_unlock(&c->creds_mu);
+}
+
 kinf_err kinf_client_add(kinf_client *c, CURL *easy)
 {
     return curl_multi_add_handle(c->multi, easy) == CURLM_OK ? KINF_OK : KINF_EIO;
@@ -726,13 +797,10 @@ kinf_err kinf_client_add(kinf_client *c, CURL *easy)
 
 void kinf_client_remove(kinf_client *c, CURL *easy)
 {
-    xfer *x = NULL;
     if (easy == NULL)
         return;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
     curl_multi_remove_handle(c->multi, easy); /* fine for a handle never added */
-    curl_easy_cleanup(easy);
-    free(x);
+    kinf_client_easy_free(easy);
 }
 
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
@@ -762,5 +830,5 @@ void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, cha
         else
             kinf_errmsg(buf, len, "%s: %s", what, detail);
     }
-    kinf_creds_redact(c->creds, buf, len);
+    kinf_client_redact(c, buf, len);
 }

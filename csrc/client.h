@@ -21,8 +21,13 @@
  *   verified; the connection still goes to the URL's host and port, whose authority is also
  *   the Host header.
  *
+ * - Blocking requests (request.h) run on the caller's thread with easy handles from
+ *   kinf_client_easy; they share the credentials (under a lock of their own) but not the I/O
+ *   thread, so they neither wait for watches nor delay them.
+ *
  * Threads: kinf_client_new/attach/detach/unref from any thread that is not the I/O thread;
- * functions marked "I/O thread" only from reflector callbacks on the I/O thread.
+ * functions marked "I/O thread" only from reflector callbacks on the I/O thread; the others
+ * from any thread.
  *
  * Ownership: kinf_client_new returns one reference; each attached reflector holds another.
  */
@@ -72,17 +77,29 @@ kinf_err kinf_client_attach(kinf_client *c, kinf_reflector *r);
 /* Takes r back: returns once the I/O thread has aborted r's transfers and forgotten r. */
 void kinf_client_detach(kinf_client *c, kinf_reflector *r);
 
-/* I/O thread: an easy handle for GET server + path_query with auth, TLS and timeouts set.
+/* An easy handle for GET server + path_query with auth, TLS and timeouts set (any thread).
  * priv is handed back to kinf_reflector_io_done when the transfer ends (CURLOPT_PRIVATE belongs
  * to the client: do not set it). NULL with a message (never holding secrets) on failure, e.g.
- * when the exec plugin fails. */
+ * when the exec plugin fails. May run the exec plugin (blocking up to its timeout). */
 CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char *errbuf,
                        size_t errlen);
+/* A copy of the headers kinf_client_easy sets (Accept, Host with tls_server_name) followed by
+ * `extra` (NULL-terminated, may be NULL); for a request that needs more, e.g. Content-Type.
+ * Free with curl_slist_free_all after the handle. NULL when out of memory. */
+struct curl_slist *kinf_client_headers(const kinf_client *c, const char *const *extra);
+/* Disposes of a handle from kinf_client_easy that was never added to the I/O thread. */
+void kinf_client_easy_free(CURL *easy);
+/* The response to easy was 401: the credential it carried is stale (credentials.h). */
+void kinf_client_unauthorized(kinf_client *c, CURL *easy);
+/* Whether a stale credential can be refreshed (token file or exec plugin). */
+int kinf_client_refreshable(kinf_client *c);
+/* Replaces the client's secrets in msg with "[redacted]" (kinf_creds_redact). */
+void kinf_client_redact(kinf_client *c, char *msg, size_t len);
 /* I/O thread: start / abort a transfer made by kinf_client_easy. remove also cleans it up; it
  * is the only way to dispose of such a handle (added or not). */
 kinf_err kinf_client_add(kinf_client *c, CURL *easy);
 void kinf_client_remove(kinf_client *c, CURL *easy);
-/* I/O thread: a message for a failed transfer (result != CURLE_OK), before it is removed:
+/* A message for a failed transfer (result != CURLE_OK), before it is removed:
  * libcurl's detail and the server's host, e.g. "TLS certificate verification failed for
  * 127.0.0.1: SSL certificate problem: self-signed certificate". Secrets are redacted. */
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,

@@ -14,6 +14,7 @@
 #include "client.h"
 #include "lua_kinf.h"
 #include "reflector.h"
+#include "request.h"
 
 #define CLIENT_MT "kinformer.client"
 #define REFLECTOR_MT "kinformer.reflector"
@@ -227,6 +228,54 @@ static int c_server(lua_State *L)
     return 1;
 }
 
+/* client:request(method, path_query [, body, content_type [, timeout [, max_response_bytes]]])
+ * -> status, body, retry_after | nil, err, kind ("io", "toobig", "nomem").
+ * Blocks this thread until the answer (request.h). */
+static int c_request(lua_State *L)
+{
+    kinf_client *client = check_client(L);
+    kinf_request req;
+    kinf_response resp;
+    kinf_err err;
+    char msg[512];
+
+    memset(&req, 0, sizeof(req));
+    req.method = luaL_checkstring(L, 2);
+    req.path_query = luaL_checkstring(L, 3);
+    if (!lua_isnoneornil(L, 4)) {
+        req.body = luaL_checklstring(L, 4, &req.body_len);
+        req.content_type = luaL_checkstring(L, 5);
+    }
+    req.timeout = luaL_optnumber(L, 6, 0);
+    if (req.timeout < 0)
+        return luaL_argerror(L, 6, "timeout must be >= 0");
+    if (!lua_isnoneornil(L, 7)) {
+        lua_Number max = luaL_checknumber(L, 7);
+        if (!(max >= 1))
+            return luaL_argerror(L, 7, "max_response_bytes must be >= 1");
+        req.max_response_bytes = max >= 9.0e18 ? (size_t)-1 : (size_t)max;
+    }
+    if (req.path_query[0] != '/')
+        return luaL_argerror(L, 3, "path must start with '/'");
+    err = kinf_request_do(client, &req, &resp, msg, sizeof(msg));
+    if (err == KINF_EINVAL)
+        return luaL_error(L, "kinformer: %s", msg);
+    if (err != KINF_OK) {
+        lua_pushnil(L);
+        lua_pushstring(L, msg);
+        lua_pushstring(L, err == KINF_ETOOBIG ? "toobig" : err == KINF_ENOMEM ? "nomem" : "io");
+        return 3;
+    }
+    lua_pushinteger(L, (lua_Integer)resp.status);
+    lua_pushlstring(L, resp.body, resp.len);
+    kinf_response_free(&resp);
+    if (resp.retry_after >= 0)
+        lua_pushnumber(L, resp.retry_after);
+    else
+        lua_pushnil(L);
+    return 3;
+}
+
 static int c_reflector(lua_State *L)
 {
     static const char *const known[] = {
@@ -375,6 +424,7 @@ static int r_last_sync_resource_version(lua_State *L)
 
 static const luaL_Reg CLIENT_METHODS[] = {
     {"reflector", c_reflector},
+    {"request", c_request},
     {"server", c_server},
     {NULL, NULL},
 };

@@ -28,11 +28,12 @@ build = {
     ["kinformer.config"] = "lua/kinformer/config.lua",
     ["kinformer.informer"] = "lua/kinformer/informer.lua",
     ["kinformer.workqueue"] = "lua/kinformer/workqueue.lua",
+    ["kinformer.rest"] = "lua/kinformer/rest.lua",
     ["kinformer.ngx"] = "lua/kinformer/ngx.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
-        "csrc/jsonscan.c", "csrc/client.c", "csrc/reflector.c", "csrc/jsonspan.c",
+        "csrc/jsonscan.c", "csrc/client.c", "csrc/request.c", "csrc/reflector.c", "csrc/jsonspan.c",
         "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c",
         "csrc/lua_core.c", "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",

@@ -11,6 +11,7 @@
 
 #include "ctest.h"
 #include "reflector.h"
+#include "request.h"
 
 static FILE *server;
 static pid_t server_pid;
@@ -121,4 +122,68 @@ static void lists_watches_stops_and_restarts(void)
     stop_server();
 }
 
-TEST_MAIN(TEST(lists_watches_stops_and_restarts))
+/* Blocking requests (request.h) from this thread while the I/O thread lists and watches on the
+ * same client: both use the credentials (TSan checks the locking). */
+static void requests_while_watching(void)
+{
+    kinf_client_config cc = {0};
+    kinf_reflector_config rc = {0};
+    kinf_request req = {0};
+    kinf_response resp;
+    kinf_client *client;
+    kinf_fifo *fifo;
+    kinf_reflector *r;
+    char msg[256];
+    const char *body = "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\","
+                       "\"metadata\":{\"name\":\"c\",\"namespace\":\"default\"}}";
+    kinf_err err;
+
+    CHECK(start_server(20));
+    cc.server = url;
+    cc.token = "request-test-token";
+    client = kinf_client_new(&cc, &err, msg, sizeof(msg));
+    CHECK(client != NULL);
+    fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
+    rc.path = "/api/v1/pods";
+    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    CHECK(r != NULL);
+    if (r == NULL)
+        return;
+    CHECK(kinf_reflector_start(r) == KINF_OK);
+
+    req.method = "POST";
+    req.path_query = "/api/v1/namespaces/default/configmaps";
+    req.body = body;
+    req.body_len = strlen(body);
+    req.content_type = "application/json";
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK);
+    CHECK(resp.status == 201);
+    CHECK(resp.body != NULL && strstr(resp.body, "\"resourceVersion\"") != NULL);
+    kinf_response_free(&resp);
+    for (int i = 0; i < 20; i++) {
+        memset(&req, 0, sizeof(req));
+        req.method = "GET";
+        req.path_query = "/api/v1/namespaces/default/configmaps/c";
+        CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK);
+        CHECK(resp.status == 200 && resp.len > 0 && resp.body[resp.len] == '\0');
+        kinf_response_free(&resp);
+    }
+    req.path_query = "/api/v1/namespaces/default/configmaps/missing";
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK);
+    CHECK(resp.status == 404 && strstr(resp.body, "\"NotFound\"") != NULL);
+    CHECK(resp.retry_after < 0);
+    kinf_response_free(&resp);
+    req.path_query = "/api/v1/pods";
+    req.max_response_bytes = 100;
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_ETOOBIG);
+    CHECK(resp.body == NULL && strstr(msg, "max_response_bytes (100)") != NULL);
+    req.method = "BREW";
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_EINVAL);
+    CHECK(drain(fifo, 10) == 20);
+    kinf_reflector_free(r);
+    kinf_client_unref(client);
+    kinf_fifo_unref(fifo);
+    stop_server();
+}
+
+TEST_MAIN(TEST(lists_watches_stops_and_restarts), TEST(requests_while_watching))

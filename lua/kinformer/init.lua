@@ -4,7 +4,7 @@ local core = require "kinformer.core"
 
 local io_stderr = io.stderr
 local os_date = os.date
-local type, error, tostring, pairs = type, error, tostring, pairs
+local type, error, tostring, pairs, ipairs = type, error, tostring, pairs, ipairs
 
 local _M = {
   _VERSION = core._VERSION,
@@ -88,6 +88,17 @@ function Client:reflector(opts)
   o.path = res.path
   return self._core:reflector(o)
 end
+
+-- client:get / list / create / update / update_status / patch / delete: blocking requests for
+-- controllers (kinformer.rest; docs/api.md "REST client").
+local rest = require "kinformer.rest"
+for _, name in ipairs{ "get", "list", "create", "update", "update_status", "patch", "delete" } do
+  Client[name] = rest[name]
+end
+
+--- kinformer.is_api_error(x) -> true for an error returned by the REST calls (err.code,
+-- err.reason, err.message).
+_M.is_api_error = rest.is_error
 
 local informer = require "kinformer.informer"
 

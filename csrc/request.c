@@ -1,0 +1,185 @@
+/*
+ * request.c - one blocking request to the API server (contract in request.h).
+ *
+ * An easy handle from kinf_client_easy (auth, TLS, timeouts as for watches), plus the method,
+ * the body and a Content-Type; curl_easy_perform on the caller's thread. The response body is
+ * collected into a growing buffer that refuses to pass max_response_bytes.
+ */
+#include "request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct body_buf {
+    char *p;
+    size_t len, cap, max;
+    int too_big, nomem;
+} body_buf;
+
+static size_t on_body(char *data, size_t size, size_t n, void *ud)
+{
+    body_buf *b = ud;
+    size_t add = size * n;
+    if (add > b->max - b->len) {
+        b->too_big = 1;
+        return 0; /* aborts the transfer */
+    }
+    if (b->len + add + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        char *p;
+        while (cap < b->len + add + 1)
+            cap = cap > ((size_t)-1) / 2 ? b->len + add + 1 : cap * 2;
+        if ((p = realloc(b->p, cap)) == NULL) {
+            b->nomem = 1;
+            return 0;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, add);
+    b->len += add;
+    return add;
+}
+
+static int method_ok(const char *m)
+{
+    static const char *const known[] = {"GET", "POST", "PUT", "PATCH", "DELETE", NULL};
+    for (int i = 0; known[i] != NULL; i++)
+        if (strcmp(m, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static double retry_after(CURL *easy)
+{
+    struct curl_header *h = NULL;
+    char *end;
+    double v;
+    if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || h == NULL)
+        return -1;
+    v = strtod(h->value, &end);
+    return end != h->value && v >= 0 ? v : -1; /* the HTTP-date form is not used by Kubernetes */
+}
+
+/* One attempt; *got_401 tells the caller the answer was 401 (its credential now stale). */
+static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *out,
+                        int *got_401, char *errbuf, size_t errlen)
+{
+    char ctype[256];
+    const char *extra[3] = {"Expect:", NULL, NULL};
+    struct curl_slist *headers = NULL;
+    body_buf b = {NULL, 0, 0, 0, 0, 0};
+    CURL *easy;
+    CURLcode rc;
+    kinf_err err = KINF_OK;
+    int failed = 0;
+
+    *got_401 = 0;
+    b.max = req->max_response_bytes ? req->max_response_bytes : KINF_REQUEST_DEFAULT_MAX_RESPONSE;
+    if ((easy = kinf_client_easy(c, req->path_query, NULL, errbuf, errlen)) == NULL)
+        return KINF_EIO; /* a credentials failure, or out of memory; errbuf says which */
+    if (req->body != NULL) {
+        if (snprintf(ctype, sizeof(ctype), "Content-Type: %s", req->content_type) >=
+            (int)sizeof(ctype)) {
+            kinf_client_easy_free(easy);
+            kinf_errmsg(errbuf, errlen, "content type too long");
+            return KINF_EINVAL;
+        }
+        extra[1] = ctype;
+    }
+    if ((headers = kinf_client_headers(c, extra)) == NULL) {
+        kinf_client_easy_free(easy);
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        return KINF_ENOMEM;
+    }
+#define SET(opt, val) failed |= curl_easy_setopt(easy, opt, val) != CURLE_OK
+    SET(CURLOPT_HTTPHEADER, headers);
+    SET(CURLOPT_WRITEFUNCTION, on_body);
+    SET(CURLOPT_WRITEDATA, &b);
+    SET(CURLOPT_TIMEOUT_MS, (long)((req->timeout > 0 ? req->timeout : KINF_REQUEST_DEFAULT_TIMEOUT) *
+                                   1000));
+    if (strcmp(req->method, "GET") != 0)
+        SET(CURLOPT_CUSTOMREQUEST, req->method);
+    if (req->body != NULL) {
+        SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+        SET(CURLOPT_POSTFIELDS, req->body); /* not copied: lives until perform returns */
+    }
+#undef SET
+    if (failed) {
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        err = KINF_ENOMEM;
+        goto done;
+    }
+    rc = curl_easy_perform(easy);
+    if (b.nomem) {
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        err = KINF_ENOMEM;
+        goto done;
+    }
+    if (b.too_big) {
+        kinf_errmsg(errbuf, errlen, "response larger than max_response_bytes (%zu)", b.max);
+        err = KINF_ETOOBIG;
+        goto done;
+    }
+    if (rc != CURLE_OK) {
+        kinf_client_transfer_error(c, easy, rc, errbuf, errlen);
+        err = KINF_EIO;
+        goto done;
+    }
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &out->status);
+    if (out->status == 401) {
+        kinf_client_unauthorized(c, easy);
+        *got_401 = 1;
+    }
+    out->retry_after = retry_after(easy);
+    if (b.p == NULL && (b.p = malloc(1)) == NULL) {
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        err = KINF_ENOMEM;
+        goto done;
+    }
+    b.p[b.len] = '\0';
+    out->body = b.p;
+    out->len = b.len;
+    b.p = NULL;
+done:
+    kinf_client_easy_free(easy);
+    curl_slist_free_all(headers);
+    free(b.p);
+    return err;
+}
+
+kinf_err kinf_request_do(kinf_client *c, const kinf_request *req, kinf_response *out,
+                         char *errbuf, size_t errlen)
+{
+    kinf_err err;
+    int got_401;
+
+    memset(out, 0, sizeof(*out));
+    out->retry_after = -1;
+    if (req == NULL || req->method == NULL || !method_ok(req->method) || req->path_query == NULL ||
+        req->path_query[0] != '/' || (req->body != NULL && req->content_type == NULL)) {
+        kinf_errmsg(errbuf, errlen, "bad request: method, a path starting with '/' and a "
+                                    "content type for a body are required");
+        return KINF_EINVAL;
+    }
+    err = attempt(c, req, out, &got_401, errbuf, errlen);
+    if (err == KINF_OK && got_401 && kinf_client_refreshable(c)) {
+        kinf_response first = *out;
+        err = attempt(c, req, out, &got_401, errbuf, errlen);
+        if (err != KINF_OK)
+            *out = first; /* the retry failed to get an answer: report the 401 */
+        else
+            kinf_response_free(&first);
+        err = KINF_OK;
+    }
+    return err;
+}
+
+void kinf_response_free(kinf_response *r)
+{
+    if (r == NULL)
+        return;
+    free(r->body);
+    r->body = NULL;
+    r->len = 0;
+}

@@ -1,0 +1,319 @@
+--- kinformer.rest: writes and reads against the API server, for controllers.
+-- client:get / list / create / update / update_status / patch / delete (installed on the client
+-- by kinformer.client; docs/api.md, section "REST client").
+--
+-- Contract:
+-- - Every call is one blocking HTTP request from the calling Lua thread (csrc/request.h), with
+--   the client's configuration and credentials; informers' watches go on meanwhile on the
+--   client's I/O thread. Not for an nginx request handler: use an informer's store there.
+-- - Success returns the decoded response (a plain, mutable Lua table; lua-cjson's decoding).
+--   Failure returns nil, err where err is a table: err.code (HTTP status; 0 when no response
+--   came), err.reason (the Status reason, e.g. "Conflict", "NotFound", "AlreadyExists";
+--   "Transport", "ResponseTooLarge" or "InvalidResponse" without a Status), err.message,
+--   err.status (the decoded Status, when the server sent one), err.retry_after (seconds, from
+--   Retry-After), err.method and err.path. tostring(err) is "409 Conflict: <message>".
+-- - Wrong arguments raise; nothing is retried here except a 401 with a refreshable credential
+--   (in C). Controllers retry through their work queue (add_rate_limited, or add_after with
+--   err.retry_after).
+-- - Names: get/update/patch/delete take a name or an object key "namespace/name" (what the
+--   work queue hands out). A namespaced resource's namespace comes from the key, else
+--   opts.namespace, else (create/update) the object's metadata.namespace, else the client's
+--   namespace (the kubeconfig context's, "default"). list without a namespace lists all.
+local cjson = require "cjson.safe"
+
+local resources = require "kinformer.resources"
+local core = require "kinformer.core"
+
+local type, tostring, pairs, ipairs, error = type, tostring, pairs, ipairs, error
+local setmetatable, getmetatable = setmetatable, getmetatable
+local concat = table.concat
+local encode = core.encode
+
+local _M = {}
+
+local PATCH_TYPES = {
+  merge = "application/merge-patch+json",
+  json = "application/json-patch+json",
+  strategic = "application/strategic-merge-patch+json",
+  apply = "application/apply-patch+yaml", -- JSON is YAML: the body is sent as JSON
+}
+
+local REASONS = {
+  [400] = "BadRequest", [401] = "Unauthorized", [403] = "Forbidden", [404] = "NotFound",
+  [405] = "MethodNotAllowed", [406] = "NotAcceptable", [409] = "Conflict", [410] = "Expired",
+  [413] = "RequestEntityTooLarge", [415] = "UnsupportedMediaType", [422] = "Invalid",
+  [429] = "TooManyRequests", [500] = "InternalError", [503] = "ServiceUnavailable",
+  [504] = "Timeout",
+}
+
+local Error = {}
+Error.__index = Error
+Error.__tostring = function(e)
+  if e.code and e.code > 0 then return ("%d %s: %s"):format(e.code, e.reason, e.message) end
+  return ("%s: %s"):format(e.reason, e.message)
+end
+Error.__concat = function(a, b) return tostring(a) .. tostring(b) end
+
+--- kinformer.rest.is_error(x) -> true for an error value of this module
+function _M.is_error(x) return getmetatable(x) == Error end
+
+local function new_error(t) return setmetatable(t, Error) end
+
+local function status_error(code, body, retry_after, method, path)
+  local st = cjson.decode(body)
+  if type(st) == "table" and st.kind == "Status" then
+    return new_error{ code = code, reason = type(st.reason) == "string" and st.reason ~= ""
+                        and st.reason or REASONS[code] or "Unknown",
+                      message = type(st.message) == "string" and st.message or "",
+                      status = st, retry_after = retry_after, method = method, path = path }
+  end
+  local msg = body:gsub("%s+", " "):sub(1, 200)
+  return new_error{ code = code, reason = REASONS[code] or "Unknown",
+                    message = msg ~= "" and msg or ("HTTP " .. code), retry_after = retry_after,
+                    method = method, path = path }
+end
+
+local function argerror(fname, n, msg)
+  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 4)
+end
+
+local KNOWN_OPTS = {
+  namespace = true, api_version = true, timeout = true, max_response_bytes = true,
+  dry_run = true, field_manager = true, force = true, type = true,
+  label_selector = true, field_selector = true, limit = true, continue = true,
+  resource_version = true, propagation_policy = true, grace_period_seconds = true,
+  preconditions = true,
+}
+
+local function check_opts(fname, n, opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then argerror(fname, n, "options table expected, got " .. type(opts)) end
+  for k in pairs(opts) do
+    if not KNOWN_OPTS[k] then argerror(fname, n, "unknown option '" .. tostring(k) .. "'") end
+  end
+  return opts
+end
+
+local function escape(s)
+  return (s:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+
+local function query(params)
+  if #params == 0 then return "" end
+  return "?" .. concat(params, "&")
+end
+
+local function add_param(params, name, value)
+  if value ~= nil then params[#params + 1] = name .. "=" .. escape(tostring(value)) end
+end
+
+-- -> res (resources.resolve) for resource + namespace; raises on a bad resource.
+local function resolve(fname, resource, namespace, api_version)
+  local res, err = resources.resolve{ resource = resource, namespace = namespace,
+                                      api_version = api_version }
+  if not res then argerror(fname, 1, err) end
+  return res
+end
+
+-- A name or "namespace/name" key -> namespace (or nil), name.
+local function split_name(fname, n, name)
+  if type(name) ~= "string" or name == "" then
+    argerror(fname, n, "name or \"namespace/name\" key expected, got " .. type(name))
+  end
+  local ns, nm = name:match("^([^/]*)/([^/]+)$")
+  if ns then return ns ~= "" and ns or nil, nm end
+  if name:find("/", 1, true) then argerror(fname, n, "malformed key " .. name) end
+  return nil, name
+end
+
+-- The path of one object (and subresource) of a resource.
+local function object_path(self, fname, resource, ns, name, opts, sub)
+  local probe = resolve(fname, resource, nil, opts.api_version)
+  if probe.namespaced then
+    ns = ns or opts.namespace or self.namespace or "default"
+  elseif ns and ns ~= "" then
+    argerror(fname, 2, probe.resource .. " is cluster-scoped: no namespace")
+  else
+    ns = nil
+  end
+  local res = resolve(fname, resource, ns, opts.api_version)
+  return res.path .. "/" .. escape(name) .. (sub and "/" .. sub or "")
+end
+
+local function decode_ok(body, method, path)
+  if body == "" then return {} end
+  local v, derr = cjson.decode(body)
+  if v == nil then
+    return nil, new_error{ code = 0, reason = "InvalidResponse", method = method, path = path,
+                           message = ("%s %s: response is not JSON (%s)"):format(method, path,
+                                                                                 tostring(derr)) }
+  end
+  return v
+end
+
+-- One request: -> decoded body | nil, err
+local function call(self, method, path, body, ctype, opts)
+  local core_client = self._core
+  local status, resp, retry_after = core_client:request(method, path, body, ctype, opts.timeout,
+                                                        opts.max_response_bytes)
+  if status == nil then
+    local kind = retry_after
+    return nil, new_error{ code = 0, method = method, path = path,
+                           reason = kind == "toobig" and "ResponseTooLarge" or "Transport",
+                           message = ("%s %s: %s"):format(method, path, resp) }
+  end
+  if status >= 200 and status < 300 then return decode_ok(resp, method, path) end
+  return nil, status_error(status, resp, retry_after, method, path)
+end
+
+local function write_params(opts, params)
+  params = params or {}
+  if opts.dry_run then params[#params + 1] = "dryRun=All" end
+  add_param(params, "fieldManager", opts.field_manager)
+  return params
+end
+
+local function check_object(fname, n, obj)
+  if type(obj) ~= "table" then argerror(fname, n, "object table expected, got " .. type(obj)) end
+  local md = obj.metadata
+  if type(md) ~= "table" then argerror(fname, n, "object has no metadata") end
+  return md
+end
+
+local function body_of(fname, obj)
+  local json, err = encode(obj)
+  if not json then argerror(fname, 2, "cannot encode the object: " .. tostring(err)) end
+  return json
+end
+
+--- client:get(resource, name_or_key [, opts]) -> object | nil, err
+function _M.get(self, resource, name, opts)
+  opts = check_opts("get", 3, opts)
+  local ns, nm = split_name("get", 2, name)
+  local path = object_path(self, "get", resource, ns, nm, opts)
+  local params = {}
+  add_param(params, "resourceVersion", opts.resource_version)
+  return call(self, "GET", path .. query(params), nil, nil, opts)
+end
+
+--- client:list(resource [, opts]) -> list | nil, err
+-- opts: namespace (nil: all namespaces), label_selector, field_selector, limit, continue,
+-- resource_version. Without `limit`, follows continue tokens and returns every item in one
+-- list (pages of 500); with `limit`, returns that page and its metadata.continue.
+function _M.list(self, resource, opts)
+  opts = check_opts("list", 2, opts)
+  local res = resolve("list", resource, opts.namespace, opts.api_version)
+  local base = {}
+  add_param(base, "labelSelector", opts.label_selector)
+  add_param(base, "fieldSelector", opts.field_selector)
+  add_param(base, "resourceVersion", opts.resource_version)
+  if opts.limit ~= nil then
+    if type(opts.limit) ~= "number" or opts.limit < 1 then
+      argerror("list", 2, "limit must be a number >= 1")
+    end
+    local params = {}
+    for i = 1, #base do params[i] = base[i] end
+    add_param(params, "limit", math.floor(opts.limit))
+    add_param(params, "continue", opts.continue)
+    return call(self, "GET", res.path .. query(params), nil, nil, opts)
+  end
+  local items, first, token = {}, nil, opts.continue
+  repeat
+    local params = {}
+    for i = 1, #base do params[i] = base[i] end
+    add_param(params, "limit", 500)
+    add_param(params, "continue", token)
+    local page, err = call(self, "GET", res.path .. query(params), nil, nil, opts)
+    if not page then return nil, err end
+    first = first or page
+    for _, it in ipairs(page.items or {}) do items[#items + 1] = it end
+    token = type(page.metadata) == "table" and page.metadata.continue or nil
+    if token == "" or token == cjson.null then token = nil end
+  until token == nil
+  first.items = items
+  if type(first.metadata) == "table" then first.metadata.continue = nil end
+  return first
+end
+
+local function ns_of(md) return type(md.namespace) == "string" and md.namespace ~= "" and md.namespace or nil end
+
+--- client:create(resource, obj [, opts]) -> created object | nil, err
+function _M.create(self, resource, obj, opts)
+  opts = check_opts("create", 3, opts)
+  local md = check_object("create", 2, obj)
+  local probe = resolve("create", resource, nil, opts.api_version)
+  local ns
+  if probe.namespaced then ns = opts.namespace or ns_of(md) or self.namespace or "default" end
+  local res = resolve("create", resource, ns, opts.api_version)
+  return call(self, "POST", res.path .. query(write_params(opts)), body_of("create", obj),
+              "application/json", opts)
+end
+
+local function put(self, fname, resource, obj, opts, sub)
+  opts = check_opts(fname, 3, opts)
+  local md = check_object(fname, 2, obj)
+  if type(md.name) ~= "string" or md.name == "" then argerror(fname, 2, "object has no metadata.name") end
+  local path = object_path(self, fname, resource, opts.namespace or ns_of(md), md.name, opts, sub)
+  return call(self, "PUT", path .. query(write_params(opts)), body_of(fname, obj),
+              "application/json", opts)
+end
+
+--- client:update(resource, obj [, opts]) -> updated object | nil, err
+-- Sends obj as is: with its metadata.resourceVersion, a stale copy gets 409 Conflict.
+function _M.update(self, resource, obj, opts) return put(self, "update", resource, obj, opts) end
+
+--- client:update_status(resource, obj [, opts]) -> updated object | nil, err (the /status
+-- subresource: only the status is written)
+function _M.update_status(self, resource, obj, opts)
+  return put(self, "update_status", resource, obj, opts, "status")
+end
+
+--- client:patch(resource, name_or_key, patch [, opts]) -> patched object | nil, err
+-- opts.type: "merge" (default; RFC 7386), "json" (RFC 6902, patch is a list of operations),
+-- "strategic", or "apply" (server-side apply: opts.field_manager required, opts.force to take
+-- fields owned by other managers). patch: a table (encoded as JSON) or a JSON string.
+-- opts.subresource is not supported; use update_status for status writes.
+function _M.patch(self, resource, name, patch, opts)
+  opts = check_opts("patch", 4, opts)
+  local ns, nm = split_name("patch", 2, name)
+  local ptype = opts.type or "merge"
+  local ctype = PATCH_TYPES[ptype]
+  if not ctype then argerror("patch", 4, "type must be merge, json, strategic or apply") end
+  if ptype == "apply" and (type(opts.field_manager) ~= "string" or opts.field_manager == "") then
+    argerror("patch", 4, "server-side apply needs field_manager")
+  end
+  local body
+  if type(patch) == "string" then
+    body = patch
+  elseif type(patch) == "table" then
+    body = body_of("patch", patch)
+  else
+    argerror("patch", 3, "patch table or JSON string expected, got " .. type(patch))
+  end
+  local params = write_params(opts)
+  if ptype == "apply" and opts.force then params[#params + 1] = "force=true" end
+  local path = object_path(self, "patch", resource, ns, nm, opts)
+  return call(self, "PATCH", path .. query(params), body, ctype, opts)
+end
+
+--- client:delete(resource, name_or_key [, opts]) -> the server's answer (the object being
+-- deleted, or a Status) | nil, err
+-- opts: propagation_policy ("Foreground", "Background", "Orphan"), grace_period_seconds,
+-- preconditions = { uid = ..., resourceVersion = ... }, dry_run.
+function _M.delete(self, resource, name, opts)
+  opts = check_opts("delete", 3, opts)
+  local ns, nm = split_name("delete", 2, name)
+  local path = object_path(self, "delete", resource, ns, nm, opts)
+  local body
+  if opts.propagation_policy or opts.grace_period_seconds or opts.preconditions then
+    body = cjson.encode{ kind = "DeleteOptions", apiVersion = "v1",
+                         propagationPolicy = opts.propagation_policy,
+                         gracePeriodSeconds = opts.grace_period_seconds,
+                         preconditions = opts.preconditions }
+  end
+  local params = {}
+  if opts.dry_run then params[1] = "dryRun=All" end
+  return call(self, "DELETE", path .. query(params), body, body and "application/json", opts)
+end
+
+return _M

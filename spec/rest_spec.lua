@@ -1,0 +1,324 @@
+-- The REST client (lua/kinformer/rest.lua over csrc/request.c) against the fake API server:
+-- every verb, patch types, Status errors (409, 404, AlreadyExists, 429 with Retry-After, 500),
+-- transport failures, the response size limit, pagination, keys as names, 401 with a rotated
+-- token file, and argument errors.
+local kinformer = require "kinformer"
+local fake = require "support.fake_apiserver"
+
+local function requests_to(srv, method, pattern)
+  local out = {}
+  for _, q in ipairs(srv:requests()) do
+    if q.method == method and q.path:find(pattern) then out[#out + 1] = q end
+  end
+  return out
+end
+
+local function cm(name, ns, data)
+  return { apiVersion = "v1", kind = "ConfigMap",
+           metadata = { name = name, namespace = ns }, data = data or { a = "1" } }
+end
+
+describe("REST client", function()
+  local srv, client
+
+  setup(function()
+    srv = fake.start{ quiet = true }
+    client = assert(kinformer.client{ server = srv.url })
+  end)
+
+  teardown(function() srv:stop() end)
+
+  before_each(function()
+    srv:clear_faults()
+    srv:clear_requests()
+  end)
+
+  it("creates, gets, updates and deletes, the server's state following each call", function()
+    local created = assert(client:create("configmaps", cm("one", "default", { a = "1" })))
+    assert.equal("one", created.metadata.name)
+    assert.equal("default", created.metadata.namespace)
+    assert.truthy(created.metadata.resourceVersion)
+    assert.truthy(created.metadata.uid)
+
+    local got = assert(client:get("configmaps", "default/one"))
+    assert.equal(created.metadata.uid, got.metadata.uid)
+    assert.equal("1", got.data.a)
+
+    got.data.a = "2" -- a plain mutable table
+    local updated = assert(client:update("configmaps", got))
+    assert.equal("2", updated.data.a)
+    assert.is_not.equal(got.metadata.resourceVersion, updated.metadata.resourceVersion)
+    local st = srv:state("configmaps", "default")
+    local found
+    for _, o in ipairs(st.items) do if o.metadata.name == "one" then found = o end end
+    assert.equal("2", found.data.a)
+
+    local answer = assert(client:delete("configmaps", "one", { namespace = "default" }))
+    assert.is_table(answer)
+    local _, err = client:get("configmaps", "default/one")
+    assert.equal(404, err.code)
+    assert.equal("NotFound", err.reason)
+    assert.truthy(tostring(err):find("^404 NotFound: "))
+  end)
+
+  it("answers a stale resourceVersion with a 409 Conflict error carrying the Status", function()
+    local obj = assert(client:create("configmaps", cm("stale", "default")))
+    local fresh = kinformer.to_table(obj)
+    fresh.data.a = "fresh"
+    assert(client:update("configmaps", fresh))
+    obj.data.a = "stale write"
+    local res, err = client:update("configmaps", obj)
+    assert.is_nil(res)
+    assert.is_true(kinformer.is_api_error(err))
+    assert.equal(409, err.code)
+    assert.equal("Conflict", err.reason)
+    assert.equal("Status", err.status.kind)
+    assert.truthy(err.message:find("modified", 1, true))
+    assert.equal("PUT", err.method)
+    assert.equal("/api/v1/namespaces/default/configmaps/stale", err.path)
+    assert.truthy(("x: " .. err):find("^x: 409 Conflict: "))
+    -- The server kept the fresh write.
+    assert.equal("fresh", assert(client:get("configmaps", "default/stale")).data.a)
+  end)
+
+  it("reports AlreadyExists for a second create", function()
+    assert(client:create("configmaps", cm("twice", "default")))
+    local res, err = client:create("configmaps", cm("twice", "default"))
+    assert.is_nil(res)
+    assert.equal(409, err.code)
+    assert.equal("AlreadyExists", err.reason)
+  end)
+
+  it("patches with merge, JSON patch and server-side apply", function()
+    assert(client:create("configmaps", cm("p", "default", { a = "1", b = "2" })))
+    local merged = assert(client:patch("configmaps", "default/p", { data = { b = "3", c = "4" } }))
+    assert.same({ a = "1", b = "3", c = "4" }, merged.data)
+
+    local jp = assert(client:patch("configmaps", "p",
+      '[{"op":"remove","path":"/data/a"},{"op":"add","path":"/data/d","value":"5"}]',
+      { type = "json", namespace = "default" }))
+    assert.same({ b = "3", c = "4", d = "5" }, jp.data)
+
+    local applied = assert(client:patch("configmaps", "default/p",
+      { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "p", namespace = "default" },
+        data = { e = "6" } }, { type = "apply", field_manager = "kinformer-spec", force = true }))
+    assert.equal("6", applied.data.e)
+    local q = requests_to(srv, "PATCH", "/configmaps/p$")
+    assert.equal(3, #q)
+    assert.equal("kinformer-spec", q[3].query.fieldManager)
+    assert.equal("true", q[3].query.force)
+    assert.is_nil(q[1].query.force)
+
+    -- Server-side apply creates what does not exist.
+    local made = assert(client:patch("configmaps", "default/applied",
+      { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "applied" }, data = { x = "y" } },
+      { type = "apply", field_manager = "kinformer-spec" }))
+    assert.equal("y", made.data.x)
+  end)
+
+  it("writes the status subresource with update_status, leaving the spec alone", function()
+    local pod = assert(client:create("pods", {
+      apiVersion = "v1", kind = "Pod", metadata = { name = "p1", namespace = "default" },
+      spec = { containers = { { name = "c", image = "busybox" } } } }))
+    pod.status = { phase = "Running" }
+    pod.spec.nodeName = "ignored-by-status-write"
+    local written = assert(client:update_status("pods", pod))
+    assert.equal("Running", written.status.phase)
+    assert.is_nil(written.spec.nodeName)
+    assert.equal(1, #requests_to(srv, "PUT", "^/api/v1/namespaces/default/pods/p1/status$"))
+    -- A plain update does not change the status.
+    local cur = assert(client:get("pods", "default/p1"))
+    cur.status = { phase = "Failed" }
+    local upd = assert(client:update("pods", cur))
+    assert.equal("Running", upd.status.phase)
+  end)
+
+  it("lists every page when no limit is given, one page with a limit", function()
+    local items = {}
+    for i = 1, 1203 do items[i] = cm(("bulk-%04d"):format(i), "paged", { i = tostring(i) }) end
+    srv:objects(items, "configmaps")
+    srv:clear_requests()
+    local list = assert(client:list("configmaps", { namespace = "paged" }))
+    assert.equal(1203, #list.items)
+    assert.equal("bulk-0001", list.items[1].metadata.name)
+    assert.equal("bulk-1203", list.items[1203].metadata.name)
+    assert.is_nil(list.metadata.continue)
+    assert.truthy(list.metadata.resourceVersion)
+    local q = requests_to(srv, "GET", "^/api/v1/namespaces/paged/configmaps$")
+    assert.equal(3, #q)
+    assert.equal("500", q[1].query.limit)
+    assert.is_nil(q[1].query.continue)
+    assert.truthy(q[2].query.continue)
+
+    local page = assert(client:list("configmaps", { namespace = "paged", limit = 10 }))
+    assert.equal(10, #page.items)
+    assert.truthy(page.metadata.continue)
+    local page2 = assert(client:list("configmaps", { namespace = "paged", limit = 10,
+                                                     continue = page.metadata.continue }))
+    assert.equal("bulk-0011", page2.items[1].metadata.name)
+
+    local sel = assert(client:list("configmaps", { field_selector = "metadata.name=bulk-0007" }))
+    assert.equal(1, #sel.items)
+    assert.equal("paged", sel.items[1].metadata.namespace)
+  end)
+
+  it("handles cluster-scoped resources and refuses a namespace for them", function()
+    local ns = assert(client:create("namespaces", { apiVersion = "v1", kind = "Namespace",
+                                                    metadata = { name = "rest-ns" } }))
+    assert.equal("rest-ns", ns.metadata.name)
+    assert(client:get("namespaces", "rest-ns"))
+    assert.has_error(function() client:get("namespaces", "x/rest-ns") end,
+                     "bad argument #2 to 'get' (namespaces is cluster-scoped: no namespace)")
+  end)
+
+  it("returns 500, 429 and 403 Status errors with Retry-After", function()
+    srv:fault{ path = "/configmaps/x$", action = { status = 429, retry_after = 7 } }
+    local res, err = client:get("configmaps", "default/x")
+    assert.is_nil(res)
+    assert.equal(429, err.code)
+    assert.equal("TooManyRequests", err.reason)
+    assert.equal(7, err.retry_after)
+
+    srv:fault{ path = "/configmaps/x$", action = { status = 500, message = "etcd is sad" } }
+    res, err = client:get("configmaps", "default/x")
+    assert.equal(500, err.code)
+    assert.equal("InternalError", err.reason)
+    assert.truthy(err.message:find("etcd is sad", 1, true))
+    assert.is_nil(err.retry_after)
+
+    srv:fault{ method = "POST", path = "/configmaps$", action = { status = 403 } }
+    res, err = client:create("configmaps", cm("forbidden", "default"))
+    assert.equal(403, err.code)
+    assert.equal("Forbidden", err.reason)
+    local _, gone = client:get("configmaps", "default/forbidden")
+    assert.equal(404, gone.code) -- nothing was written
+  end)
+
+  it("fails with a Transport error when the connection drops, and recovers", function()
+    srv:fault{ path = "/configmaps/drop$", action = "reset" }
+    local res, err = client:get("configmaps", "default/drop")
+    assert.is_nil(res)
+    assert.equal(0, err.code)
+    assert.equal("Transport", err.reason)
+    assert.truthy(err.message:find("GET /api/v1/namespaces/default/configmaps/drop", 1, true))
+    local _, after = client:get("configmaps", "default/drop")
+    assert.equal(404, after.code) -- the next request goes through
+  end)
+
+  it("refuses a response over max_response_bytes", function()
+    assert(client:create("configmaps", cm("big", "default", { blob = ("x"):rep(5000) })))
+    local res, err = client:get("configmaps", "default/big", { max_response_bytes = 1000 })
+    assert.is_nil(res)
+    assert.equal("ResponseTooLarge", err.reason)
+    assert.truthy(err.message:find("larger than max_response_bytes (1000)", 1, true))
+    assert(client:get("configmaps", "default/big", { max_response_bytes = 100000 }))
+  end)
+
+  it("passes dry_run, field_manager, delete options and selectors as the API expects", function()
+    assert(client:create("configmaps", cm("opts", "default")))
+    srv:clear_requests()
+    client:create("configmaps", cm("dry", "default"), { dry_run = true, field_manager = "me" })
+    assert(client:delete("configmaps", "default/opts", { propagation_policy = "Foreground" }))
+    client:list("pods", { label_selector = "app in (a,b),tier!=x" })
+    local post = requests_to(srv, "POST", "/configmaps$")[1]
+    assert.equal("All", post.query.dryRun)
+    assert.equal("me", post.query.fieldManager)
+    assert.equal(1, #requests_to(srv, "DELETE", "/configmaps/opts$"))
+    local list = requests_to(srv, "GET", "^/api/v1/pods$")[1]
+    assert.equal("app in (a,b),tier!=x", list.query.labelSelector)
+  end)
+
+  it("raises for wrong arguments", function()
+    assert.has_error(function() client:get("configmaps") end,
+                     "bad argument #2 to 'get' (name or \"namespace/name\" key expected, got nil)")
+    assert.has_error(function() client:get("nosuchthings", "a") end)
+    assert.has_error(function() client:create("configmaps", "x") end,
+                     "bad argument #2 to 'create' (object table expected, got string)")
+    assert.has_error(function() client:update("configmaps", { metadata = {} }) end,
+                     "bad argument #2 to 'update' (object has no metadata.name)")
+    assert.has_error(function() client:patch("configmaps", "a", {}, { type = "apply" }) end,
+                     "bad argument #4 to 'patch' (server-side apply needs field_manager)")
+    assert.has_error(function() client:patch("configmaps", "a", {}, { type = "yaml" }) end,
+                     "bad argument #4 to 'patch' (type must be merge, json, strategic or apply)")
+    assert.has_error(function() client:get("configmaps", "a", { nope = 1 }) end,
+                     "bad argument #3 to 'get' (unknown option 'nope')")
+    assert.has_error(function() client:get("configmaps", "a/b/c") end,
+                     "bad argument #2 to 'get' (malformed key a/b/c)")
+  end)
+end)
+
+describe("REST client authentication", function()
+  it("sends a rotated token file's new token; a 401 is an error without the token", function()
+    local OLD, NEW = "rest-old-token-3b9f1d", "rest-new-token-8c2e4a"
+    local srv = fake.start{ quiet = true, args = { "--token", OLD } }
+    local path = os.tmpname()
+    finally(function()
+      srv:stop()
+      os.remove(path)
+    end)
+    local f = assert(io.open(path, "w"))
+    f:write(OLD)
+    f:close()
+    local client = assert(kinformer.client{ server = srv.url, token_file = path })
+    assert(client:create("configmaps", cm("auth", "default")))
+
+    srv:control("POST", "/_fake/auth", { tokens = { NEW } })
+    f = assert(io.open(path, "w"))
+    f:write(NEW .. "\n")
+    f:close()
+    srv:clear_requests()
+    assert.equal("auth", assert(client:get("configmaps", "default/auth")).metadata.name)
+    local q = requests_to(srv, "GET", "/configmaps/auth$")
+    assert.equal(1, #q) -- the changed file was re-read before sending
+    assert.equal("bearer", q[1].auth)
+
+    -- Revoked for good: the 401 comes back as an error, without the token in it.
+    srv:control("POST", "/_fake/auth", { tokens = { "someone-else" } })
+    local res, err = client:get("configmaps", "default/auth")
+    assert.is_nil(res)
+    assert.equal(401, err.code)
+    assert.equal("Unauthorized", err.reason)
+    local text = tostring(err) .. " " .. err.path .. " " .. err.message
+    assert.is_nil(text:find(NEW, 1, true))
+    assert.is_nil(text:find(OLD, 1, true))
+  end)
+
+  it("re-runs an exec plugin after a 401 and retries the request once", function()
+    local OLD, NEW = "rest-exec-old-51c0", "rest-exec-new-9e7d"
+    local srv = fake.start{ quiet = true, args = { "--token", OLD } }
+    local cred = os.tmpname()
+    finally(function()
+      srv:stop()
+      os.remove(cred)
+    end)
+    local function issue(token)
+      local f = assert(io.open(cred, "w"))
+      f:write(('{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        .. '"status":{"token":"%s"}}'):format(token))
+      f:close()
+    end
+    issue(OLD)
+    local client = assert(kinformer.client{ server = srv.url, exec = {
+      command = "cat", args = { cred }, api_version = "client.authentication.k8s.io/v1" } })
+    assert(client:create("configmaps", cm("exec-auth", "default")))
+    srv:control("POST", "/_fake/auth", { tokens = { NEW } })
+    issue(NEW) -- the plugin's cached credential (no expiry) is now stale
+    srv:clear_requests()
+    assert(client:get("configmaps", "default/exec-auth"))
+    local q = requests_to(srv, "GET", "/configmaps/exec%-auth$")
+    assert.equal(2, #q) -- the 401 with the cached token, then the retry with the new one
+    assert.equal("none", q[1].auth)
+    assert.equal("bearer", q[2].auth)
+  end)
+
+  it("gives a Transport error when nothing listens", function()
+    local srv = fake.start{ quiet = true }
+    local url = srv.url
+    srv:stop()
+    local client = assert(kinformer.client{ server = url, token = "transport-secret-77" })
+    local res, err = client:get("configmaps", "default/x", { timeout = 2 })
+    assert.is_nil(res)
+    assert.equal("Transport", err.reason)
+    assert.is_nil(tostring(err):find("transport-secret-77", 1, true))
+  end)
+end)
