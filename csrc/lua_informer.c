@@ -320,6 +320,16 @@ static int l_now(lua_State *L)
     return 1;
 }
 
+/* wall_time() -> seconds since the epoch with a fraction (for timestamps such as a Lease's
+ * renewTime; durations use now()). */
+static int l_wall_time(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+    return 1;
+}
+
 /* SIGINT/SIGTERM caught while kinformer.run is active: the handler only records the signal and
  * writes a byte to a pipe that wait() polls (async-signal-safe). */
 static volatile sig_atomic_t caught;
@@ -338,10 +348,11 @@ static void on_signal(int sig)
     errno = saved_errno;
 }
 
-/* catch_signals(true | false): install / restore the handlers. */
+/* catch_signals(true | false) -> whether they were caught before: install / restore the
+ * handlers. */
 static int l_catch_signals(lua_State *L)
 {
-    int on = lua_toboolean(L, 1);
+    int on = lua_toboolean(L, 1), was = catching;
     if (on && !catching) {
         struct sigaction sa;
         if (sig_pipe[0] < 0) {
@@ -369,7 +380,7 @@ static int l_catch_signals(lua_State *L)
         sigaction(SIGTERM, &saved_term, NULL);
         catching = 0;
     }
-    lua_pushboolean(L, 1);
+    lua_pushboolean(L, was);
     return 1;
 }
 
@@ -424,6 +435,8 @@ void kl_open_loop(lua_State *L)
 {
     lua_pushcfunction(L, l_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, l_wall_time);
+    lua_setfield(L, -2, "wall_time");
     lua_pushcfunction(L, l_catch_signals);
     lua_setfield(L, -2, "catch_signals");
     lua_pushcfunction(L, l_wait);

@@ -29,6 +29,7 @@ build = {
     ["kinformer.informer"] = "lua/kinformer/informer.lua",
     ["kinformer.workqueue"] = "lua/kinformer/workqueue.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",
+    ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",
     ["kinformer.ngx"] = "lua/kinformer/ngx.lua",
     ["kinformer.core"] = {
       sources = {

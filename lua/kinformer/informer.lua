@@ -502,9 +502,9 @@ function _M.run(informers, opts)
       if r == "signal" then return sig end
     end
   end
-  core.catch_signals(true)
+  local was_catching = core.catch_signals(true)
   local ok, reason = pcall(loop)
-  core.catch_signals(false)
+  if not was_catching then core.catch_signals(false) end
   if not ok then error(reason, 0) end
   return reason
 end

@@ -140,6 +140,22 @@ _M.run = informer.run
 -- also kinformer.workqueue.default_rate_limiter{ ... } and the other rate limiters.
 _M.workqueue = require "kinformer.workqueue"
 
+--- kinformer.leader_election{ client, lease_name, namespace, identity, lease_duration = 15,
+--   renew_deadline = 10, retry_period = 2, on_started_leading, on_stopped_leading,
+--   on_new_leader } -> elector with tick(), is_leader(), leader(), stop(), status()
+-- (docs/leaderelection.md).
+_M.leader_election = require("kinformer.leaderelection").new
+
+--- kinformer.catch_signals(on) -> whether they were caught before. While on, SIGINT and SIGTERM interrupt kinformer's waits
+-- (queue:get returns nil, "SIGTERM") instead of killing the process; kinformer.run does this
+-- for its own duration. A signal ignored at startup stays ignored.
+function _M.catch_signals(on)
+  if type(on) ~= "boolean" then
+    error("bad argument #1 to 'catch_signals' (boolean expected, got " .. type(on) .. ")", 2)
+  end
+  return core.catch_signals(on)
+end
+
 --- kinformer.now() -> seconds on a monotonic clock (for timing in scripts; not wall time).
 _M.now = core.now
 
