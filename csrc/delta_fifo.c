@@ -23,6 +23,7 @@
 
 typedef struct entry {
     kinf_deltas deltas;
+    size_t bytes;       /* kinf_object_size of every delta's record */
     size_t key_len;
     char key[];
 } entry;
@@ -34,6 +35,8 @@ struct kinf_fifo {
     kinf_map items;     /* [mu] key -> entry */
     entry **ring;       /* [mu] queue order: ring[(head + i) % cap] */
     size_t head, count, cap;
+    size_t ndeltas;     /* [mu] deltas over all queued keys */
+    size_t bytes;       /* [mu] sum of the entries' bytes */
     kinf_store *known;  /* immutable after new */
     unsigned flags;     /* immutable after new */
     int populated;      /* [mu] */
@@ -209,23 +212,41 @@ static void ring_push_locked(kinf_fifo *f, entry *e)
 }
 
 /* Merges the last two deltas when both are deletions (dedupDeltas / isDeletionDup): keep the
- * older one unless it carries a tombstone, then keep the newer one. */
-static void dedup_tail(kinf_deltas *d)
+ * older one unless it carries a tombstone, then keep the newer one. Returns the size of the
+ * record dropped (0: nothing merged). */
+static size_t dedup_tail(kinf_deltas *d)
 {
     kinf_delta *older, *newer;
+    size_t dropped;
     if (d->n < 2)
-        return;
+        return 0;
     older = &d->v[d->n - 2];
     newer = &d->v[d->n - 1];
     if (older->type != KINF_DELTA_DELETED || newer->type != KINF_DELTA_DELETED)
-        return;
+        return 0;
     if (kinf_object_is_tombstone(older->obj)) {
+        dropped = kinf_object_size(older->obj);
         kinf_object_unref(older->obj);
         *older = *newer;
     } else {
+        dropped = kinf_object_size(newer->obj);
         kinf_object_unref(newer->obj);
     }
     d->n--;
+    return dropped;
+}
+
+/* Counts e (just queued) in the FIFO's totals, or takes it out of them (just popped). */
+static void count_in_locked(kinf_fifo *f, const entry *e)
+{
+    f->ndeltas += e->deltas.n;
+    f->bytes += e->bytes;
+}
+
+static void count_out_locked(kinf_fifo *f, const entry *e)
+{
+    f->ndeltas -= e->deltas.n;
+    f->bytes -= e->bytes;
 }
 
 /* queueActionLocked: appends {type, obj} to obj's key, queueing the key if it is new. */
@@ -233,6 +254,7 @@ static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_obj
 {
     entry *e = kinf_map_get(&f->items, obj->key, obj->key_len);
     kinf_deltas *d;
+    size_t size;
 
     if (e == NULL) {
         if (ring_reserve_locked(f, f->count + 1) != KINF_OK)
@@ -245,6 +267,7 @@ static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_obj
         e->deltas.v = malloc(2 * sizeof(kinf_delta));
         e->deltas.n = 0;
         e->deltas.cap = 2;
+        e->bytes = 0;
         if (e->deltas.v == NULL || kinf_map_put(&f->items, e->key, e->key_len, e) != KINF_OK) {
             free(e->deltas.v);
             free(e);
@@ -267,7 +290,15 @@ static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_obj
     d->v[d->n].type = type;
     d->v[d->n].obj = kinf_object_ref(obj);
     d->n++;
-    dedup_tail(d);
+    size = kinf_object_size(obj);
+    e->bytes += size;
+    f->bytes += size;
+    f->ndeltas++;
+    if ((size = dedup_tail(d)) > 0) {
+        e->bytes -= size;
+        f->bytes -= size;
+        f->ndeltas--;
+    }
     return KINF_OK;
 }
 
@@ -442,6 +473,7 @@ static void requeue_locked(kinf_fifo *f, entry *e)
 {
     (void)kinf_map_put(&f->items, e->key, e->key_len, e);
     ring_push_locked(f, e);
+    count_in_locked(f, e);
     if (f->count == 1)
         wake_locked(f);
 }
@@ -497,6 +529,7 @@ kinf_err kinf_fifo_pop(kinf_fifo *f, double timeout, kinf_fifo_process_fn proces
     if (f->initial_count > 0)
         f->initial_count--;
     kinf_map_remove(&f->items, e->key, e->key_len);
+    count_out_locked(f, e);
     if (process != NULL)
         rc = process(ud, &e->deltas, initial);
     if (rc == KINF_FIFO_REQUEUE) {
@@ -544,12 +577,16 @@ kinf_err kinf_fifo_add_if_not_present(kinf_fifo *f, const kinf_deltas *deltas)
         free(e);
         goto out;
     }
+    e->bytes = 0;
+    for (size_t i = 0; i < e->deltas.n; i++)
+        e->bytes += kinf_object_size(e->deltas.v[i].obj);
     if (kinf_map_put(&f->items, e->key, e->key_len, e) != KINF_OK) {
         kinf_deltas_clear(&e->deltas);
         free(e);
         goto out;
     }
     ring_push_locked(f, e);
+    count_in_locked(f, e);
     if (f->count == 1)
         wake_locked(f);
     else
@@ -603,6 +640,17 @@ size_t kinf_fifo_len(kinf_fifo *f)
         unlock(f);
     }
     return n;
+}
+
+void kinf_fifo_get_stats(kinf_fifo *f, kinf_fifo_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (lock(f) == KINF_OK) {
+        out->keys = f->count;
+        out->deltas = f->ndeltas;
+        out->bytes = f->bytes;
+        unlock(f);
+    }
 }
 
 int kinf_fifo_has_synced(kinf_fifo *f)

@@ -105,6 +105,16 @@ kinf_err kinf_fifo_list(kinf_fifo *f, kinf_object ***out, size_t *n);
 /* A copy of a key's deltas; KINF_ENOTFOUND when the key is not queued. */
 kinf_err kinf_fifo_get_by_key(kinf_fifo *f, const char *key, size_t len, kinf_deltas *out);
 size_t kinf_fifo_len(kinf_fifo *f);
+
+/* What the queue holds (memory grows with it while nobody pops: every delta is kept, as in
+ * client-go, so it is bounded by the events received, not by the number of keys). */
+typedef struct kinf_fifo_stats {
+    size_t keys;   /* queued keys (kinf_fifo_len) */
+    size_t deltas; /* deltas over all queued keys */
+    size_t bytes;  /* kinf_object_size of every queued delta's record (a record queued twice
+                    * counts twice; a tombstone counts without its last known object) */
+} kinf_fifo_stats;
+void kinf_fifo_get_stats(kinf_fifo *f, kinf_fifo_stats *out);
 int kinf_fifo_has_synced(kinf_fifo *f);
 void kinf_fifo_close(kinf_fifo *f);
 int kinf_fifo_is_closed(kinf_fifo *f);

@@ -228,13 +228,17 @@ static void set_count(lua_State *L, const char *k, unsigned long v)
 static int p_status(lua_State *L)
 {
     lproc *lp = check_proc(L);
-    lua_createtable(L, 0, 8);
+    kinf_fifo_stats qs;
+    kinf_fifo_get_stats(lp->fifo, &qs);
+    lua_createtable(L, 0, 10);
     set_count(L, "items", lp->items);
     set_count(L, "adds", lp->adds);
     set_count(L, "updates", lp->updates);
     set_count(L, "deletes", lp->deletes);
     set_count(L, "errors", lp->errors);
-    set_count(L, "queue_length", (unsigned long)kinf_fifo_len(lp->fifo));
+    set_count(L, "queue_length", (unsigned long)qs.keys);
+    set_count(L, "queued_deltas", (unsigned long)qs.deltas);
+    set_count(L, "queued_bytes", (unsigned long)qs.bytes);
     if (lp->last_error[0]) {
         lua_pushstring(L, lp->last_error);
         lua_setfield(L, -2, "last_error");

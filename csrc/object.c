@@ -94,6 +94,14 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
     return obj;
 }
 
+size_t kinf_object_size(const kinf_object *obj)
+{
+    if (kinf_object_is_tombstone(obj))
+        return sizeof(*obj) + obj->key_len + 1;
+    return sizeof(*obj) + obj->json_len + 1 + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
+           strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
+}
+
 kinf_object *kinf_object_ref(kinf_object *obj)
 {
     if (obj != NULL)

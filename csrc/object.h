@@ -70,6 +70,9 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
                                 kinf_err *err);
 
 kinf_object *kinf_object_ref(kinf_object *obj);
+/* Bytes of the record's one allocation (header, JSON, metadata strings, key). A tombstone counts
+ * its own allocation only, not the last known object it refers to. */
+size_t kinf_object_size(const kinf_object *obj);
 void kinf_object_unref(kinf_object *obj);
 
 static inline int kinf_object_is_tombstone(const kinf_object *obj)

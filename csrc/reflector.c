@@ -357,7 +357,9 @@ static void scan_chunk(void *target, const char *buf, size_t len)
     err = kinf_scanner_feed(r->scanner, buf, len);
     if (err != KINF_OK) {
         r->scan_err = err;
-        if (!r->ev_error)
+        /* Our callbacks say why they refused an item (an ERROR event, an event out of order,
+         * an item without a name): keep that rather than the scanner's "callback failed". */
+        if (!r->scan_msg[0])
             snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
         atomic_store_explicit(&r->scan_failed, 1, memory_order_relaxed);
     }
@@ -662,17 +664,71 @@ static void list_done(kinf_reflector *r, CURLcode result)
 
 /* ---- watch ---- */
 
+static int is_decimal(const char *s, size_t len)
+{
+    if (len == 0 || (len > 1 && s[0] == '0'))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    }
+    return 1;
+}
+
+/* Compares two resourceVersions as numbers when both are decimal integers (etcd's are): -1, 0
+ * or 1; 2 when they cannot be compared (resourceVersions are opaque to clients in general). */
+static int rv_compare(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c;
+    if (!is_decimal(a, alen) || !is_decimal(b, blen))
+        return 2;
+    if (alen != blen)
+        return alen < blen ? -1 : 1;
+    c = memcmp(a, b, alen);
+    return c < 0 ? -1 : c > 0;
+}
+
 static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
 {
     kinf_reflector *r = ud;
     kinf_object *obj;
     kinf_err err = KINF_OK;
+    const kinf_str *rv = &item->meta.resource_version;
 
     if (item->type == KINF_EV_ERROR) {
         (void)kinf_status_parse(item->json, item->json_len, &r->ev_status);
         r->ev_error = 1;
         snprintf(r->scan_msg, sizeof(r->scan_msg), "watch error event");
         return KINF_EIO; /* stop: the watch is over */
+    }
+    if (!r->initial_phase) {
+        /* A watch delivers every change once, in resourceVersion order (the initial events of a
+         * WatchList excepted: its end bookmark sets the rv these checks start from).
+         * - An event at the previous event's resourceVersion repeats it: it is dropped (applying
+         *   it would only notify the handlers of a change that did not happen) and reported.
+         * - An older one means the stream cannot be trusted: applying it could leave an older
+         *   version in the cache for good (client-go would). The watch stops here and the
+         *   relist brings a state at least as new as the last event.
+         * - An older bookmark is ignored. */
+        int c = rv_compare(rv->ptr, rv->len, r->last_rv, strlen(r->last_rv));
+        if (item->type == KINF_EV_BOOKMARK && c == -1)
+            return KINF_OK;
+        if (item->type != KINF_EV_BOOKMARK && (c == -1 || c == 0)) {
+            char what[300];
+            snprintf(what, sizeof(what), "%s event for %.*s%s%.*s at resourceVersion %.*s",
+                     kinf_event_type_name(item->type), (int)item->meta.namespace_.len,
+                     item->meta.namespace_.ptr, item->meta.namespace_.len ? "/" : "",
+                     (int)item->meta.name.len, item->meta.name.ptr, (int)rv->len, rv->ptr);
+            if (c == 0) {
+                record_error(r, 0, NULL, "watch %s: %.200s repeats the previous event: ignored",
+                             r->path, what);
+                return KINF_OK;
+            }
+            snprintf(r->scan_msg, sizeof(r->scan_msg),
+                     "%.180s is older than the previous event's %.64s (out of order)", what,
+                     r->last_rv);
+            return KINF_EPARSE;
+        }
     }
     if (item->meta.resource_version.len && item->meta.resource_version.len < sizeof(r->last_rv)) {
         memcpy(r->last_rv, item->meta.resource_version.ptr, item->meta.resource_version.len);

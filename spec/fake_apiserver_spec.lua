@@ -592,6 +592,110 @@ describe("fake apiserver", function()
       assert.is_true(r.rc == 56 or r.rc == 52, "curl exit " .. tostring(r.rc))
       assert.equal(0, r.code)
     end)
+
+    it("resets a watch in the middle of a line", function()
+      srv:fault{ path = base .. "$", watch = true, after_events = 1, action = "reset_mid_line" }
+      local r = curl(srv.url .. base .. "?watch=1")
+      assert.is_true(r.rc == 56 or r.rc == 18, "curl exit " .. tostring(r.rc))
+      local ls, partial = lines(r.body)
+      assert.is_true(#ls <= 1)
+      if partial then assert.is_false(pcall(cjson.decode, partial)) end
+    end)
+
+    it("sends a truncated chunk: its size line promises more than follows", function()
+      srv:fault{ path = base .. "$", watch = true, after_events = 1, action = "truncated_chunk" }
+      local r = curl(srv.url .. base .. "?watch=1", "--raw")
+      assert.equal(18, r.rc)
+      -- The raw body ends inside a chunk: the last size line announces more bytes than came.
+      local size, rest = r.body:match("\r\n(%x+)\r\n([^\r]*)$")
+      assert.is_truthy(size, r.body)
+      assert.is_true(#rest < tonumber(size, 16) and #rest > 10)
+    end)
+
+    it("sends an event twice, or two events in the wrong order", function()
+      -- A replay from before the oldest object: the namespace's events in rv order.
+      local from = math.huge
+      for _, v in pairs(srv:versions("configmaps", "faults")) do from = math.min(from, tonumber(v) - 1) end
+      local url = srv.url .. base .. "?watch=1&resourceVersion=" .. from .. "&timeoutSeconds=1"
+      srv:fault{ path = base .. "$", watch = true, after_events = 1, action = "duplicate_event" }
+      local r = curl(url)
+      local evs = events(r.body)
+      assert.equal(5, #evs) -- four objects, the second twice
+      assert.same(evs[2], evs[3])
+      local rvs = {}
+      for i, e in ipairs(evs) do rvs[i] = tonumber(e.object.metadata.resourceVersion) end
+      assert.is_true(rvs[1] < rvs[2] and rvs[3] < rvs[4] and rvs[4] < rvs[5])
+
+      srv:fault{ path = base .. "$", watch = true, after_events = 1, action = "out_of_order" }
+      r = curl(url)
+      evs = events(r.body)
+      assert.equal(4, #evs)
+      for i, e in ipairs(evs) do rvs[i] = tonumber(e.object.metadata.resourceVersion) end
+      assert.is_true(rvs[1] < rvs[3] and rvs[3] < rvs[2] and rvs[2] < rvs[4]) -- 2nd and 3rd swapped
+    end)
+  end)
+
+  describe("outages", function()
+    local down_srv
+    before_each(function()
+      down_srv = fake.start{ args = { "--no-default-namespaces" }, quiet = true }
+      for i = 1, 3 do create(down_srv, "o", "configmaps", configmap("c" .. i)) end
+    end)
+    after_each(function() down_srv:stop() end)
+    local base = "/api/v1/namespaces/o/configmaps"
+
+    it("restarts: refuses connections, cuts open ones, comes back on the same port", function()
+      local w = open_watch(down_srv, base .. "?watch=1&resourceVersion=0")
+      assert.equal("ADDED", w:next().type)
+      local before = down_srv:versions("configmaps")
+      local t0 = socket.gettime()
+      assert.same(true, down_srv:restart{ seconds = 1 }.down == 1)
+      local ok, err = w:next(0.8)
+      while ok do ok, err = w:next(0.8) end -- the rest of the replay, then the cut
+      assert.equal("closed", err)
+      assert.is_nil((down_srv:request("GET", base))) -- refused
+      assert.is_true(down_srv:wait_up(5))
+      assert.is_true(socket.gettime() - t0 >= 1)
+      assert.same(before, down_srv:versions("configmaps"))
+      w:close()
+    end)
+
+    it("restarts with an older state (etcd restore): older rv, other objects, no history", function()
+      local saved = down_srv:snapshot()
+      local rv = down_srv:resource_version()
+      assert.equal(tostring(rv), saved.resourceVersion)
+      create(down_srv, "o", "configmaps", configmap("new"))
+      assert(down_srv:request("DELETE", base .. "/c1") == 200)
+      local r = down_srv:restart{ seconds = 0.2, restore = true }
+      assert.equal(saved.resourceVersion, r.resourceVersion)
+      assert.is_true(down_srv:wait_up(5))
+      assert.same({ "o/c1", "o/c2", "o/c3" }, (function()
+        local ks = {}
+        for k in pairs(down_srv:versions("configmaps")) do ks[#ks + 1] = k end
+        table.sort(ks)
+        return ks
+      end)())
+      assert.equal(rv, down_srv:resource_version())
+      -- A client's newer rv is "too large"; an older one is gone.
+      local code, st = down_srv:request("GET", base .. "?resourceVersion=" .. (rv + 2))
+      assert.equal(504, code)
+      assert.equal("ResourceVersionTooLarge", st.details.causes[1].reason)
+      assert.equal(410, (down_srv:request("GET", base .. "?resourceVersion=" .. (rv - 1) ..
+                                                "&resourceVersionMatch=Exact")))
+      -- Writes go on from the restored counter.
+      assert.equal(tostring(rv + 1), create(down_srv, "o", "configmaps", configmap("after"))
+        .metadata.resourceVersion)
+    end)
+
+    it("restarts as a fault, in the middle of a list", function()
+      down_srv:fault{ path = base .. "$", watch = false, action = { type = "restart", seconds = 0.5 } }
+      local r = curl(down_srv.url .. base)
+      assert.equal(18, r.rc)
+      assert.is_true(down_srv:wait_up(5))
+      assert.equal(200, (down_srv:request("GET", base)))
+      local code = down_srv:request("POST", "/_fake/restart", { restore = true, seconds = 0 })
+      assert.equal(409, code) -- nothing saved to restore
+    end)
   end)
 
   describe("request log", function()

@@ -8,6 +8,7 @@ local informer_mod = require "kinformer.informer"
 local core = require "kinformer.core"
 local socket = require "socket"
 local fake = require "support.fake_apiserver"
+local history = require "support.history"
 
 local function pod(ns, name, node, labels)
   return { apiVersion = "v1", kind = "Pod",
@@ -515,31 +516,10 @@ describe("shared informer", function()
       for i = 1, 30 do create(srv, "ns" .. (i % 3), "p" .. i, "n" .. (i % 4)) end
       -- Short watches (timeoutSeconds 1-2 s), so the faults below meet a fresh watch soon.
       local inf = track(new_informer{ resync = 1, watch_timeout = 1 })
-      local problems = {}
-      local histories = {}
-      for h = 1, 2 do
-        local live = {}
-        histories[h] = live
-        inf:add_handler{
-          resync = h == 1 and 0 or 1,
-          on_add = function(o)
-            local k = kinformer.key_of(o)
-            if live[k] then problems[#problems + 1] = "duplicate add " .. k end
-            live[k] = o.metadata.resourceVersion
-          end,
-          on_update = function(old, new)
-            local k = kinformer.key_of(new)
-            if not live[k] then problems[#problems + 1] = "update before add " .. k end
-            if kinformer.key_of(old) ~= k then problems[#problems + 1] = "key changed " .. k end
-            live[k] = new.metadata.resourceVersion
-          end,
-          on_delete = function(o)
-            local k = kinformer.key_of(o)
-            if not live[k] then problems[#problems + 1] = "delete of unknown " .. k end
-            live[k] = nil
-          end,
-        }
-      end
+      -- Two handlers, one resyncing: each must see a consistent history (support/history.lua).
+      local histories = { history.new{ resync = 0, monotonic = true },
+                          history.new{ resync = 1, monotonic = true } }
+      for _, h in ipairs(histories) do inf:add_handler(h.handler) end
       assert(inf:start())
       assert(inf:wait_for_sync(5))
       -- Random writes, with the watch dropped, expired (410) and answered 500 along the way.
@@ -582,21 +562,14 @@ describe("shared informer", function()
       end
       local want = server_state(srv)
       local converged = pump(inf, 20, function()
-        return same(store_state(inf:store()), want) and same(histories[1], want)
-          and same(histories[2], want)
+        return same(store_state(inf:store()), want) and histories[1]:same(want)
+          and histories[2]:same(want)
       end)
       if not converged then
-        local diff = {}
-        for _, m in ipairs{ store_state(inf:store()), histories[1], histories[2] } do
-          local d = {}
-          for k, v in pairs(want) do if m[k] ~= v then d[#d + 1] = k .. "=" .. tostring(m[k]) .. "/" .. v end end
-          for k, v in pairs(m) do if want[k] == nil then d[#d + 1] = k .. " extra" end end
-          diff[#diff + 1] = table.concat(d, " ")
-        end
-        print(require("cjson").encode(inf:status()))
-        error("not converged: " .. table.concat(diff, " | "))
+        error("not converged: store: " .. history.diff(want, store_state(inf:store())) ..
+              " | " .. require("cjson").encode(inf:status()))
       end
-      assert.same({}, problems)
+      for _, h in ipairs(histories) do assert(h:check(want)) end
       local st = inf:status()
       assert.is_true(st.watch_restarts >= 3)
       assert.is_true(st.relists >= 1)

@@ -13,6 +13,7 @@ _G.KINFORMER_ROOT = root
 local kinformer = require "kinformer"
 local core = require "kinformer.core"
 local fake = require "support.fake_apiserver"
+local history = require "support.history"
 
 local SECONDS = tonumber(arg[1]) or 60
 local PODS = tonumber(arg[2]) or 2000
@@ -60,24 +61,9 @@ local ok, err = pcall(function()
   local client = assert(kinformer.client{ server = srv.url })
   local pods = assert(client:informer{ resource = "pods", watch_timeout = 5, idle_timeout = 2,
                                        backoff_initial = 0.1, backoff_max = 1 })
-  local live, problems = {}, {}
-  pods:add_handler{
-    on_add = function(o)
-      local k = kinformer.key_of(o)
-      if live[k] then problems[#problems + 1] = "duplicate add " .. k end
-      live[k] = o.metadata.resourceVersion
-    end,
-    on_update = function(_, o)
-      local k = kinformer.key_of(o)
-      if not live[k] then problems[#problems + 1] = "update before add " .. k end
-      live[k] = o.metadata.resourceVersion
-    end,
-    on_delete = function(o)
-      local k = kinformer.key_of(o)
-      if not live[k] then problems[#problems + 1] = "delete of unknown " .. k end
-      live[k] = nil
-    end,
-  }
+  local hist = history.new{ monotonic = true } -- spec/support/history.lua
+  local live, problems = hist.live, hist.problems
+  pods:add_handler(hist.handler)
   assert(pods:start())
   assert(pods:wait_for_sync(60))
   srv:churn(CHURN)

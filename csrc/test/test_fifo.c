@@ -256,6 +256,62 @@ static void consecutive_deletions_are_deduplicated(void)
     kinf_fifo_unref(f);
 }
 
+/* ---- what the queue holds: keys, deltas, record bytes ---- */
+
+static void stats_follow_every_enqueue_merge_pop_and_requeue(void)
+{
+    kinf_fifo *f = new_fifo(NULL, 0);
+    kinf_fifo_stats st;
+    kinf_deltas d;
+    kinf_err err;
+    struct ctx c = {f, 0, KINF_OK};
+    kinf_object *x1 = mkobj("ns", "x", "", "1"), *x2 = mkobj("ns", "x", "", "2");
+    kinf_object *y = mkobj("ns", "y", "", "3");
+    kinf_object *t = kinf_tombstone_new("ns/x", 4, x2, &err);
+    size_t sx1 = kinf_object_size(x1), sx2 = kinf_object_size(x2), sy = kinf_object_size(y);
+    size_t st_ = kinf_object_size(t);
+
+    /* A record's size covers its JSON and its strings; a tombstone only its key. */
+    CHECK(sx1 > x1->json_len + sizeof(*x1));
+    CHECK(st_ == sizeof(*t) + 5);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 0 && st.deltas == 0 && st.bytes == 0);
+    /* Every update is kept (client-go keeps every delta): memory grows per event. */
+    CHECK(kinf_fifo_add(f, x1) == KINF_OK);
+    CHECK(kinf_fifo_update(f, x2) == KINF_OK);
+    CHECK(kinf_fifo_update(f, x2) == KINF_OK);
+    CHECK(kinf_fifo_add(f, y) == KINF_OK);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 2 && st.deltas == 4 && st.bytes == sx1 + 2 * sx2 + sy);
+    /* Two deletions in a row merge: the dropped one leaves the totals. */
+    CHECK(kinf_fifo_delete(f, x2) == KINF_OK);
+    CHECK(kinf_fifo_delete(f, t) == KINF_OK);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 2 && st.deltas == 5 && st.bytes == sx1 + 3 * sx2 + sy);
+    /* A requeued item is counted again; a popped one leaves. */
+    CHECK(kinf_fifo_pop(f, 0, requeue_once, &c, &d, NULL) == KINF_OK);
+    kinf_deltas_clear(&d);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 2 && st.deltas == 5 && st.bytes == sx1 + 3 * sx2 + sy);
+    CHECK(kinf_fifo_pop(f, 0, NULL, NULL, &d, NULL) == KINF_OK); /* y */
+    CHECK(d.n == 1 && d.v[0].obj == y);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 1 && st.deltas == 4 && st.bytes == sx1 + 3 * sx2);
+    CHECK(kinf_fifo_add_if_not_present(f, &d) == KINF_OK);
+    kinf_deltas_clear(&d);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 2 && st.deltas == 5 && st.bytes == sx1 + 3 * sx2 + sy);
+    while (kinf_fifo_pop(f, 0, NULL, NULL, &d, NULL) == KINF_OK)
+        kinf_deltas_clear(&d);
+    kinf_fifo_get_stats(f, &st);
+    CHECK(st.keys == 0 && st.deltas == 0 && st.bytes == 0);
+    kinf_object_unref(t);
+    kinf_object_unref(x1);
+    kinf_object_unref(x2);
+    kinf_object_unref(y);
+    kinf_fifo_unref(f);
+}
+
 /* ---- many producers and a consumer: nothing lost (TSan) ---- */
 
 #define STRESS_OPS 4000
@@ -304,7 +360,8 @@ static void producers_and_consumer_lose_nothing(void)
     kinf_fifo_unref(f);
 }
 
-TEST_MAIN(TEST(basic_two_producers_keep_their_order), TEST(close_unblocks_every_blocked_pop),
+TEST_MAIN(TEST(basic_two_producers_keep_their_order),
+          TEST(stats_follow_every_enqueue_merge_pop_and_requeue), TEST(close_unblocks_every_blocked_pop),
           TEST(queued_items_drain_after_close), TEST(timed_pop_times_out),
           TEST(requeue_puts_item_back_and_reentry_is_refused),
           TEST(replace_emits_tombstones_and_counts_initial_list),

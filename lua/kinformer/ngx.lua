@@ -686,6 +686,8 @@ local INFORMER_METRICS = {
   { "kinformer_informer_objects", "gauge", "Objects in the informer's cache", "objects" },
   { "kinformer_informer_queue_length", "gauge", "Keys waiting in the informer's DeltaFIFO",
     "queue_length" },
+  { "kinformer_informer_queued_bytes", "gauge",
+    "Bytes of the records waiting in the informer's DeltaFIFO", "queued_bytes" },
   { "kinformer_informer_lists_total", "counter", "Lists (initial and relists)", "lists" },
   { "kinformer_informer_relists_total", "counter", "Relists after a failure", "relists" },
   { "kinformer_informer_watches_total", "counter", "Watch requests", "watches" },

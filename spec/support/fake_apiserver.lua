@@ -135,6 +135,29 @@ function Server:modify(resource, count, opts)
 end
 
 function Server:release() return self:control("POST", "/_fake/release") end
+
+--- srv:snapshot() -> {resourceVersion, objects}: save the state for srv:restart{restore = true}
+function Server:snapshot() return self:control("POST", "/_fake/snapshot") end
+
+--- srv:restart{ seconds = 5, restore = false } -> {down, restore, resourceVersion}: the server
+-- stops listening and cuts every connection for `seconds`, then comes back on the same port
+-- (with restore: in the state srv:snapshot() saved, as after an etcd restore). Returns at once;
+-- srv:wait_up() waits for the end of the outage.
+function Server:restart(opts)
+  opts = opts or {}
+  return self:control("POST", "/_fake/restart", { seconds = opts.seconds or 5,
+                                                   restore = opts.restore or false })
+end
+
+--- srv:wait_up(timeout) -> true once the server answers again (false after timeout seconds)
+function Server:wait_up(timeout)
+  local deadline = socket.gettime() + (timeout or 15)
+  repeat
+    if self:request("GET", "/_fake/info") == 200 then return true end
+    socket.sleep(0.05)
+  until socket.gettime() > deadline
+  return false
+end
 function Server:compact() return self:control("POST", "/_fake/compact") end
 function Server:watches() return self:control("GET", "/_fake/watches") end
 function Server:info() return self:control("GET", "/_fake/info") end

@@ -10,9 +10,13 @@ import threading
 
 from .objects import DEFAULT_MESSAGES, DEFAULT_REASONS, bad_request
 
-ACTIONS = ("status", "drop", "reset", "drop_mid_line", "stall", "malformed_line", "oversized",
-           "close_immediately", "error_event")
-_PARAMS = ("status", "code", "reason", "message", "retry_after", "seconds", "bytes")
+ACTIONS = ("status", "drop", "reset", "drop_mid_line", "reset_mid_line", "truncated_chunk",
+           "stall", "malformed_line", "oversized", "close_immediately", "error_event",
+           "duplicate_event", "out_of_order", "restart")
+# Watch faults that act on the next line to send (rather than between lines).
+LINE_FAULTS = ("drop_mid_line", "reset_mid_line", "truncated_chunk", "duplicate_event",
+               "out_of_order")
+_PARAMS = ("status", "code", "reason", "message", "retry_after", "seconds", "bytes", "restore")
 
 
 class Fault:
@@ -26,7 +30,8 @@ class Fault:
         self.message = params.get("message") or DEFAULT_MESSAGES.get(
             self.code, "injected fault (%d %s)" % (self.code, self.reason))
         self.retry_after = params.get("retry_after")
-        self.seconds = float(params.get("seconds", 10))
+        self.seconds = float(params.get("seconds", 5 if kind == "restart" else 10))
+        self.restore = bool(params.get("restore"))
         self.bytes = int(params.get("bytes", 20 * 1024 * 1024))
 
     def __repr__(self):

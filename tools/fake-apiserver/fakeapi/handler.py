@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import tables
+from .faults import LINE_FAULTS
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
 from .patch import APPLY, apply_patch
@@ -33,6 +34,8 @@ SMALL_BODY = 1 << 20      # lists below this go out with Content-Length in one w
 JSON = "application/json"
 TABLE_CT = "application/json;as=Table;v=v1;g=meta.k8s.io"
 IDLE_POLL = 0.5           # a quiet watch checks this often whether its client went away
+# Faults that cut a list body half way (a truncated chunk when the list is chunked).
+CUT_FAULTS = ("drop", "drop_mid_line", "reset_mid_line", "truncated_chunk", "restart")
 GRAB = 4096               # events a watch takes from the history per round
 
 REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
@@ -171,9 +174,10 @@ class Exchange:
 
     def send_bytes(self, code, body, ctype=JSON, extra=None):
         f = self.fault
-        if f is not None and f.kind in ("drop", "drop_mid_line"):
+        if f is not None and f.kind in CUT_FAULTS:
+            # The body stops half way (Content-Length promised all of it).
             self.sock.sendall(self._head(code, ctype, len(body), extra) + body[:len(body) // 2])
-            self.abort()
+            self.cut(f)
         if f is not None and f.kind == "malformed_line":
             body = body[:max(1, len(body) // 2)]  # truncated JSON, correct Content-Length
         self.sock.sendall(self._head(code, ctype, len(body), extra) + body)
@@ -216,6 +220,19 @@ class Exchange:
     def end_stream(self):
         if self.chunked:
             self.sock.sendall(b"0\r\n\r\n")
+
+    def send_truncated_chunk(self, data, keep):
+        """A chunk whose size line announces all of data but whose bytes stop after keep."""
+        if self.chunked:
+            self.sock.sendall(b"%x\r\n" % len(data) + data[:keep])
+        else:
+            self.sock.sendall(data[:keep])
+
+    def cut(self, f):
+        """End the response the way fault f says, once its partial body was sent."""
+        if f.kind == "restart":
+            self.app.begin_outage(f.seconds, f.restore)()
+        self.abort(rst=f.kind == "reset_mid_line")
 
     def abort(self, rst=False):
         """Cut the connection: FIN without finishing the body, or RST."""
@@ -268,6 +285,15 @@ class App:
         self.auth_lock = threading.Lock()
         self.tokens = set(opts.token or [])
         self.basic = set(getattr(opts, "basic_auth", None) or [])
+        # Outages (/_fake/restart and the "restart" fault). main sets httpd and listen_again.
+        self.httpd = None
+        self.listen_again = None
+        self.conns = set()             # open connection sockets, cut when the server goes down
+        self.conns_lock = threading.Lock()
+        self.outage_lock = threading.Lock()
+        self.down = False              # from going down until main serves again
+        self.back = threading.Event()  # set when an outage is over (main serves again)
+        self.saved = None              # the state POST /_fake/snapshot saved, for restores
 
     def log(self, fmt, *args):
         if self.opts.verbose:
@@ -317,6 +343,58 @@ class App:
                                        % sys.exc_info()[1]))
             else:
                 h.close_connection = True
+
+    # -- outages ---------------------------------------------------------------------------------
+
+    def begin_outage(self, seconds, restore=False):
+        """Go down for `seconds`, as a restarted API server does: stop listening (new
+        connections are refused), cut every open connection, then listen again on the same
+        port. With restore the state comes back as POST /_fake/snapshot saved it (an etcd
+        restore: older resourceVersions, other objects, no history). From now on every new
+        request is reset; the returned function starts the outage proper."""
+        with self.outage_lock:
+            if self.down:
+                raise ApiError(409, "Conflict", "the server is already down")
+            if restore and self.saved is None:
+                raise ApiError(409, "Conflict", "nothing to restore: POST /_fake/snapshot first")
+            self.down = True
+        self.log("down for %.1f s%s", seconds, " (restore)" if restore else "")
+        return lambda: threading.Thread(target=self._outage, args=(seconds, restore),
+                                        name="outage", daemon=True).start()
+
+    def _outage(self, seconds, restore):
+        t0 = time.monotonic()
+        self.httpd.shutdown()  # serve_forever returns; main waits for self.back
+        self.httpd.socket.close()
+        self.cut_connections()
+        if restore:
+            self.store.restore(self.saved)
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+        while True:
+            try:
+                self.listen_again()
+                break
+            except OSError as e:  # the port is still held by a closing socket: retry
+                self.log("cannot listen again yet: %s", e)
+                time.sleep(0.1)
+        self.log("up again")
+        self.back.set()  # main clears `down` and serves again
+
+    def track(self, sock, open_):
+        with self.conns_lock:
+            if open_:
+                self.conns.add(sock)
+            else:
+                self.conns.discard(sock)
+
+    def cut_connections(self):
+        with self.conns_lock:
+            conns = list(self.conns)
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def authenticate(self, x):
         """(method, user) of the request, or (None, "") when it must get a 401. Like
@@ -567,7 +645,7 @@ class App:
             body = head + (b"{" + b",{".join(o.tail for o in items) if items else b"") + b"]}"
             return x.send_bytes(200, body)
         f = x.fault
-        cut = total // 2 if f is not None and f.kind in ("drop", "drop_mid_line") else None
+        cut = total // 2 if f is not None and f.kind in CUT_FAULTS else None
         x.start_stream()
         # Chunks of [sep, item, sep, item, ...] written with sendmsg: the kernel copies from
         # the cached bytes directly.
@@ -589,8 +667,11 @@ class App:
     def _send_part(self, x, parts, size, cut, sent):
         if cut is not None and sent + size >= cut:
             data = b"".join(parts)
-            x.send_chunk(data[:max(1, cut - sent)])
-            x.abort()  # "drop": the body stops in the middle
+            if x.fault.kind == "truncated_chunk":
+                x.send_truncated_chunk(data, max(1, cut - sent))
+            else:
+                x.send_chunk(data[:max(1, cut - sent)])
+            x.cut(x.fault)  # the body stops in the middle
         x.send_parts(parts, size)
         return sent + size
 
@@ -651,6 +732,23 @@ class App:
                 return x.send_json(200, {"released": n, "first_resourceVersion": str(first),
                                          "last_resourceVersion": str(last),
                                          "resourceVersion": str(last)})
+            if p == "/_fake/snapshot" and m == "POST":
+                self.saved = store.save()
+                return x.send_json(200, {"resourceVersion": str(self.saved["head"]),
+                                         "objects": sum(map(len, self.saved["objects"].values()))})
+            if p == "/_fake/restart" and m == "POST":
+                body = x.json_body() or {}
+                if not isinstance(body, dict):
+                    raise bad_request("POST /_fake/restart wants {\"seconds\": S, \"restore\": bool}")
+                seconds = float(body.get("seconds", 5))
+                restore = bool(body.get("restore"))
+                go = self.begin_outage(seconds, restore)
+                with store.lock:
+                    head = store.head
+                x.h.close_connection = True
+                x.send_json(200, {"down": seconds, "restore": restore,
+                                  "resourceVersion": str(self.saved["head"] if restore else head)})
+                return go()
             if p == "/_fake/compact" and m == "POST":
                 return x.send_json(200, {"resourceVersion": str(store.compact())})
             if p == "/_fake/watches" and m == "GET":
@@ -802,6 +900,7 @@ class Watch:
         self.fault = x.fault
         self.events_sent = 0
         self.cursor = 0
+        self.held = None  # out_of_order: the event held back until the next one was sent
 
     # -- lines ---------------------------------------------------------------------------------
 
@@ -856,10 +955,31 @@ class Watch:
             return True
         for parts, is_event in lines:
             f = self.fault
-            if f is not None and f.kind == "drop_mid_line" and self.events_sent >= f.after_events:
+            if f is not None and f.kind in LINE_FAULTS and self.events_sent >= f.after_events:
                 data = b"".join(parts)
-                x.send_chunk(data[:max(1, len(data) // 2)])
-                x.abort()
+                half = max(1, len(data) // 2)
+                if f.kind in ("drop_mid_line", "reset_mid_line"):
+                    x.send_chunk(data[:half])
+                    x.cut(f)
+                if f.kind == "truncated_chunk":
+                    x.send_truncated_chunk(data, half)
+                    x.cut(f)
+                if f.kind == "duplicate_event" and is_event:
+                    x.send_chunk(data + data)  # the same event twice
+                    self.events_sent += 1
+                    self.fault = None
+                    continue
+                if f.kind == "out_of_order":
+                    if not is_event:
+                        continue  # no bookmark may pass the held event
+                    if self.held is None:
+                        self.held = data
+                        continue
+                    x.send_chunk(data + self.held)  # the newer event first
+                    self.held = None
+                    self.events_sent += 2
+                    self.fault = None
+                    continue
             x.send_chunk(b"".join(parts))
             if is_event:
                 self.events_sent += 1
@@ -905,12 +1025,14 @@ class Watch:
         """Act on a pending fault once events_sent reached its after_events. False when the
         stream is over."""
         f = self.fault
-        if f is None or f.kind == "drop_mid_line" or self.events_sent < f.after_events:
+        if f is None or f.kind in LINE_FAULTS or self.events_sent < f.after_events:
             return True
         self.fault = None
         x = self.x
         if f.kind == "drop":
             x.abort()
+        if f.kind == "restart":
+            x.cut(f)
         if f.kind == "reset":
             x.abort(rst=True)
         if f.kind == "stall":
@@ -1040,6 +1162,18 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         # Small writes (headers, single watch events) must not wait for delayed ACKs.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.app.track(self.connection, True)
+
+    def handle(self):
+        if self.app.down:
+            # Accepted while the server was going down: reset it, as a dying process would.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
+        super().handle()
+
+    def finish(self):
+        self.app.track(self.connection, False)
+        super().finish()
 
     def _dispatch(self):
         self.app.handle(self)

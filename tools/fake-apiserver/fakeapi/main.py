@@ -5,6 +5,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -193,6 +194,20 @@ def main(argv=None):
     httpd.verbose = opts.verbose
     port = httpd.server_address[1]
     app.server_address = "127.0.0.1:%d" % port
+    app.httpd = httpd
+
+    def listen_again():
+        """After an outage: a new listening socket on the same port."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(httpd.request_queue_size)
+        except OSError:
+            sock.close()
+            raise
+        httpd.socket = wrap_listener(sock, opts)
+    app.listen_again = listen_again
     if opts.churn > 0:
         cluster.set_churn(opts.churn)
     sys.stdout.write("%s://127.0.0.1:%d\n" % ("https" if opts.tls_cert else "http", port))
@@ -200,7 +215,15 @@ def main(argv=None):
     app.log("serving %d objects at resourceVersion %d",
             sum(map(len, store.objects.values())), store.head)
     try:
-        httpd.serve_forever(poll_interval=0.5)
+        while True:
+            httpd.serve_forever(poll_interval=0.5)
+            if not app.down:
+                break
+            # An outage (App.begin_outage): wait until it listens again, then serve again.
+            app.back.wait()
+            app.back.clear()
+            with app.outage_lock:
+                app.down = False
     finally:
         httpd.server_close()
     return 0
