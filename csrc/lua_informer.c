@@ -352,6 +352,33 @@ static void on_signal(int sig)
     errno = saved_errno;
 }
 
+static const char *sig_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
+}
+
+static void drain_sig_pipe(void)
+{
+    char buf[16];
+    while (sig_pipe[0] >= 0 && read(sig_pipe[0], buf, sizeof(buf)) > 0)
+        ;
+}
+
+/* The signal caught since the last call (0: none); empties the pipe when there was one. The
+ * handler may run on another thread (the I/O threads do not block signals) and sets `caught`
+ * before it writes its byte, so a byte may land after this drain: a wait that then finds the
+ * pipe readable with nothing caught drains it (no busy poll on a stale byte). Cheap when
+ * nothing was caught: no system call. */
+static int take_caught(void)
+{
+    int sig = caught;
+    if (sig == 0)
+        return 0;
+    caught = 0;
+    drain_sig_pipe();
+    return sig;
+}
+
 /* catch_signals(true | false) -> whether they were caught before: install / restore the
  * handlers. */
 static int l_catch_signals(lua_State *L)
@@ -383,8 +410,24 @@ static int l_catch_signals(lua_State *L)
         sigaction(SIGINT, &saved_int, NULL);
         sigaction(SIGTERM, &saved_term, NULL);
         catching = 0;
+        /* A signal caught and not yet reported belongs to the catching period: a later wait
+         * must not report it. */
+        take_caught();
     }
     lua_pushboolean(L, was);
+    return 1;
+}
+
+/* take_signal() -> "SIGINT" | "SIGTERM" | nil: reports (once) a signal caught since the last
+ * report, without waiting; for loops that may not reach a wait (a work queue with items
+ * ready). */
+static int l_take_signal(lua_State *L)
+{
+    int sig = take_caught();
+    if (sig == 0)
+        lua_pushnil(L);
+    else
+        lua_pushstring(L, sig_name(sig));
     return 1;
 }
 
@@ -394,7 +437,6 @@ static int l_wait(lua_State *L)
     struct pollfd pfd[65];
     double timeout = luaL_checknumber(L, 2);
     int n = 0, ms, rc;
-    char drain[16];
 
     luaL_checktype(L, 1, LUA_TTABLE);
     for (int i = 1; n < 64; i++) {
@@ -416,21 +458,24 @@ static int l_wait(lua_State *L)
         n++;
     }
     ms = timeout <= 0 ? 0 : (int)(timeout * 1000.0 + 0.999);
-    if (caught == 0)
-        rc = poll(pfd, (nfds_t)n, ms);
-    else
+    if (catching && caught != 0)
         rc = 0;
-    if (caught != 0) {
-        int sig = caught;
-        while (sig_pipe[0] >= 0 && read(sig_pipe[0], drain, sizeof(drain)) > 0)
-            ;
-        caught = 0;
-        lua_pushstring(L, "signal");
-        lua_pushstring(L, sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
-        return 2;
-    }
+    else
+        rc = poll(pfd, (nfds_t)n, ms);
     if (rc < 0 && errno != EINTR)
         return kl_fail(L, KINF_EIO, strerror(errno));
+    if (catching) {
+        int sig = take_caught();
+        if (sig != 0) {
+            lua_pushstring(L, "signal");
+            lua_pushstring(L, sig_name(sig));
+            return 2;
+        }
+        if (rc > 0 && pfd[n - 1].revents != 0) {
+            drain_sig_pipe(); /* the late byte of a signal reported already */
+            rc--;             /* not an event of the caller's fds */
+        }
+    }
     lua_pushstring(L, rc > 0 ? "ready" : "timeout");
     return 1;
 }
@@ -445,6 +490,8 @@ void kl_open_loop(lua_State *L)
     lua_setfield(L, -2, "catch_signals");
     lua_pushcfunction(L, l_wait);
     lua_setfield(L, -2, "wait");
+    lua_pushcfunction(L, l_take_signal);
+    lua_setfield(L, -2, "take_signal");
 }
 
 static const luaL_Reg METHODS[] = {

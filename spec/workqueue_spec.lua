@@ -760,6 +760,39 @@ describe("workqueue", function()
       local q = workqueue{ wait = function() return "signal", "SIGTERM" end }
       assert.same({ nil, "SIGTERM" }, { q:get(5) })
     end)
+
+    it("a signal caught while items are ready ends get too (a busy worker loop still stops)",
+      function()
+      local kinformer = require "kinformer"
+      local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+      local q = workqueue()
+      q:add("a")
+      q:add("b")
+      local was = kinformer.catch_signals(true)
+      finally(function() kinformer.catch_signals(was) end)
+      os.execute("kill -TERM " .. pid)
+      require("socket").sleep(0.05) -- in case another thread took the signal
+      assert.same({ nil, "SIGTERM" }, { q:get(1) })
+      -- reported once; the items are still there
+      assert.equals("a", q:get(0))
+      q:done("a")
+      assert.equals("b", q:get(0))
+    end)
+
+    it("a signal caught but not reported before catching stops is not reported later",
+      function()
+      local kinformer = require "kinformer"
+      local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+      local was = kinformer.catch_signals(true)
+      finally(function() kinformer.catch_signals(was) end)
+      os.execute("kill -TERM " .. pid)
+      require("socket").sleep(0.05)
+      kinformer.catch_signals(false)
+      local q = workqueue()
+      assert.same({ nil, "timeout" }, { q:get(0.05) })
+      q:add("a")
+      assert.equals("a", q:get(0))
+    end)
   end)
 
   describe("shut_down_with_drain", function()

@@ -22,7 +22,7 @@ local type, error, tostring, pairs, ipairs, setmetatable = type, error, tostring
   setmetatable
 local math_huge, math_floor, string_format = math.huge, math.floor, string.format
 
-local core_now, core_wait = core.now, core.wait
+local core_now, core_wait, core_take_signal = core.now, core.wait, core.take_signal
 
 local MAX_WAIT = 0.1   -- longest single wait: bounds how late an add from elsewhere is seen
 local BATCH = 100      -- informer:dispatch batch per look at the queue
@@ -623,10 +623,17 @@ end
 -- waits up to timeout seconds (nil: until an item or shut down) for a delayed item to become
 -- ready or for the informers' handlers to add one; after shut_down it still hands out what is
 -- queued, then returns nil, "shutdown". Raises if nothing could ever end the wait (no timeout,
--- nothing delayed, no informers, the default wait). Returns nil, "SIGINT" / "SIGTERM" if a
--- signal interrupted the wait while kinformer catches signals (inside kinformer.run).
+-- nothing delayed, no informers, the default wait). Returns nil, "SIGINT" / "SIGTERM" (once per
+-- signal, before any item) if a signal was caught since the last get or wait while kinformer
+-- catches signals (inside kinformer.run, or after kinformer.catch_signals(true)).
 function Queue:get(timeout)
   check_timeout(timeout, "get")
+  -- A signal caught while the worker was busy (a write, a slow reconcile) ends get even with
+  -- items ready: otherwise a loop that never empties the queue would never see it.
+  if not self._custom_wait then
+    local sig = core_take_signal()
+    if sig then return nil, sig end
+  end
   local informers = self._informers
   local deadline
   while true do
