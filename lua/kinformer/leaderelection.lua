@@ -5,8 +5,9 @@
 -- - The elector is driven by tick(): each call that is due makes one attempt (a GET of the Lease,
 --   then a create or an update carrying the resourceVersion it read: optimistic concurrency, a
 --   409 just fails the attempt) and returns the seconds until the next one is due. Calls that
---   are not due cost nothing. A follower tries every retry_period (jittered by up to 20%); a
---   leader renews every retry_period.
+--   are not due cost nothing. A follower tries every retry_period (jittered by up to 20%), and
+--   also at the moment the holder's lease expires by its observation; a leader renews every
+--   retry_period.
 -- - A lease held by another identity is taken over only once it has not changed for
 --   lease_duration as measured on this process's monotonic clock from when this process last
 --   saw it change (client-go's observedTime; the Lease's own timestamps are not trusted).
@@ -178,6 +179,7 @@ local function try_acquire_or_renew(self, now)
   local lease_seconds = tonumber(spec.leaseDurationSeconds) or self.lease_duration
   if holder and holder ~= self.identity and self.observed_time + lease_seconds > now then
     self.last_error = nil
+    self.expires_at = self.observed_time + lease_seconds
     return false -- held by another, not expired
   end
   local transitions = tonumber(spec.leaseTransitions) or 0
@@ -215,6 +217,7 @@ function Elector:tick()
     end
     return self.next_at - now
   end
+  self.expires_at = nil
   local ok = try_acquire_or_renew(self, now)
   now = self.now() -- the attempt took time
   if ok then
@@ -236,6 +239,11 @@ function Elector:tick()
     local period = self.retry_period
     if not self.leading then period = period * (1 + 0.2 * math_random()) end
     self.next_at = now + period
+    -- A follower also tries the moment another's lease expires (by its own observation), so
+    -- a killed leader is replaced within lease_duration + retry_period (+ jitter).
+    if self.expires_at and self.expires_at < self.next_at then
+      self.next_at = math_max(now, self.expires_at + 0.001)
+    end
   end
   if self.stopped then return math.huge end -- a callback stopped us
   return math_max(0, self.next_at - self.now())
