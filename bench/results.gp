@@ -31,8 +31,8 @@ set ytics nomirror
 set border 3
 
 # Floors grey, kinformer blues and greens, client-node red.
-s1_colors = "#9e9e9e #616161 #1565c0 #64b5f6 #2e7d32 #81c784 #d32f2f"
-s1r_colors = "#1565c0 #64b5f6 #2e7d32 #81c784 #d32f2f"
+s1_colors = "#9e9e9e #616161 #1565c0 #64b5f6 #2e7d32 #81c784 #ef9a9a #d32f2f"
+s1r_colors = "#1565c0 #64b5f6 #2e7d32 #81c784 #ef9a9a #d32f2f"
 s2_colors = "#90caf9 #1565c0 #64b5f6 #ef9a9a #d32f2f"
 two_colors = "#1565c0 #d32f2f"
 s4_colors = "#90a4ae #37474f"

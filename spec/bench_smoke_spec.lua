@@ -98,7 +98,9 @@ describe("bench/peers_bench.lua (--smoke)", function()
       .. "@kubernetes/client-node/package.json")
     if have_node then
       have_node:close()
-      assert.matches("| client%-node [%d.]+, one list, everything kept | %d", page)
+      assert.matches("| client%-node [%d.]+, one list %(its documented informer%), everything kept | %d", page)
+      assert.matches("| client%-node [%d.]+, pages of 500 %(a list function following continue%), "
+        .. "everything kept | %d", page)
       assert.matches("| client%-node, JS handler reads metadata.name | %d", page)
       assert.matches("| client%-node | %d+ | %d+ | %d%.%d%d | ", page)
       assert.matches("S1 300 pods, stripped: time to synced at least 10x faster than client-node", page, 1, true)

@@ -2,20 +2,27 @@
 // measurement per process against the fake API server, printed as one line of key=value pairs
 // (the same shape as the kinformer children of bench/informer_bench.lua).
 //
-//   node --expose-gc bench.mjs sync    URL [lookups] [relist]   S1 (+ S3 lookups, + S4 relist)
-//   node --expose-gc bench.mjs events  URL N none|name          S2: N MODIFIED events, one burst
-//   node --expose-gc bench.mjs latency URL RATE N               S2: handler latency at RATE/s
+//   node --expose-gc bench.mjs sync    URL [paged] [lookups] [relist]   S1 (+ S3, + S4)
+//   node --expose-gc bench.mjs events  URL N none|name [paged]          S2: N MODIFIED events
+//   node --expose-gc bench.mjs latency URL RATE N [paged]               S2: handler latency
 //
 // The informer is the one client-node documents: makeInformer(kc, '/api/v1/pods',
 // () => coreV1.listPodForAllNamespaces()), i.e. one unpaginated list decoded into the typed
-// models, then a watch from its resourceVersion. Its cache is ListWatch's per-namespace Maps:
-// get(name, namespace) and list(namespace) (the nearest thing it has to by_index).
-// Peak RSS is VmHWM of this process; RSS is reset with /proc/self/clear_refs before the relist.
+// models, then a watch from its resourceVersion. That list is read as one JS string, which V8
+// caps at 2^29-24 characters (~537 MB): 100k realistic pods (900 MB) fail with
+// ERR_STRING_TOO_LONG, and the informer then reports the error and stops (start() still
+// resolves). With `paged` the list function follows `continue` in pages of 500 (kinformer's
+// page size) and hands ListWatch one V1PodList of all the items, the workaround a user needs.
+// The cache is ListWatch's per-namespace Maps: get(name, namespace) and list(namespace) (the
+// nearest thing it has to by_index). Peak RSS is VmHWM of this process; RSS is reset with
+// /proc/self/clear_refs before the relist. A failed list prints failed=CODE and exits 3.
 import * as k8s from '@kubernetes/client-node';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 
-const [mode, url, ...rest] = process.argv.slice(2);
+const [mode, url, ...args] = process.argv.slice(2);
+const flags = new Set(args.filter((a) => /^[a-z]+$/.test(a)));
+const rest = args.filter((a) => !/^[a-z]+$/.test(a) || a === 'none' || a === 'name');
 if (!mode || !url) {
   process.stderr.write('usage: bench.mjs sync|events|latency URL ...\n');
   process.exit(2);
@@ -57,14 +64,28 @@ kc.loadFromOptions({
 });
 const core = kc.makeApiClient(k8s.CoreV1Api);
 let lists = 0;
+async function pagedList() {
+  const items = [];
+  let page;
+  let token;
+  do {
+    page = await core.listPodForAllNamespaces({ limit: 500, _continue: token });
+    for (const item of page.items) items.push(item);
+    token = page.metadata && page.metadata._continue;
+  } while (token);
+  page.items = items;
+  return page;
+}
 const informer = k8s.makeInformer(kc, '/api/v1/pods', async () => {
-  const list = await core.listPodForAllNamespaces();
+  const list = flags.has('paged') ? await pagedList() : await core.listPodForAllNamespaces();
   lists++;
   return list;
 });
 let errors = 0;
+let lastError;
 informer.on('error', (err) => {
   errors++;
+  lastError = err;
   process.stderr.write(`informer error: ${err && err.message}\n`);
 });
 
@@ -79,10 +100,14 @@ function emit() {
   );
 }
 
+class ListFailed extends Error {}
+
 async function startSynced() {
   const t0 = now();
   await informer.start(); // resolves after the list is in the cache and the watch is open
   out.sync_s = now() - t0;
+  // ... or after the list failed: ListWatch reports it to 'error' and does not retry.
+  if (lists === 0) throw new ListFailed((lastError && (lastError.code || lastError.name)) || 'list failed');
 }
 
 async function modeSync(opts) {
@@ -103,6 +128,7 @@ async function modeSync(opts) {
   if (opts.has('lookups')) {
     const keys = informer.list().map((o) => [o.metadata.name, o.metadata.namespace]);
     const nk = keys.length;
+    if (nk === 0) throw new Error('lookups: the cache is empty');
     const total = Math.max(nk * 10, 200000);
     const rounds = Math.ceil(total / nk);
     let found = 0;
@@ -208,13 +234,20 @@ async function modeLatency(rate, n) {
 }
 
 try {
-  if (mode === 'sync') await modeSync(new Set(rest));
+  if (mode === 'sync') await modeSync(flags);
   else if (mode === 'events') await modeEvents(Number(rest[0]), rest[1] || 'none');
   else if (mode === 'latency') await modeLatency(Number(rest[0]), Number(rest[1]));
   else throw new Error(`unknown mode ${mode}`);
   emit();
   process.exit(0);
 } catch (err) {
+  if (err instanceof ListFailed) {
+    out.failed = err.message;
+    out.failed_after_s = out.sync_s;
+    delete out.sync_s;
+    emit();
+    process.exit(3);
+  }
   process.stderr.write(`client-node bench failed: ${err && err.stack}\n`);
   process.exit(1);
 }
