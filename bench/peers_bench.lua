@@ -364,37 +364,53 @@ end
 local PROFILES = {}
 local HAVE_PERF = trim(sh("command -v perf 2>/dev/null")) ~= ""
 
-local function perf_summary(data, pid_hint)
+local PERF_HZ = 2000
+
+-- perf report rows: { pct, samples, tid, comm, rest } (sort keys after the thread, if any).
+local function perf_rows(data, sort)
+  local rep = sh(("perf report -i %s --stdio --no-children -n --sort %s --percent-limit 1 2>/dev/null"):format(
+    data, sort))
+  local rows = {}
+  for l in rep:gmatch("[^\n]+") do
+    local pct, n, rest = l:match("^%s*([%d.]+)%%%s+(%d+)%s+(.*)$")
+    if pct then
+      local tid, comm, tail = rest:match("^(%d+):(%S+)%s*(.*)$")
+      rows[#rows + 1] = { pct = tonumber(pct), n = tonumber(n), tid = tonumber(tid), comm = comm,
+                          rest = trim(tid and tail or rest):gsub("%s+", " ") }
+    end
+  end
+  return rows
+end
+
+local function perf_summary(data)
   local lines = {}
-  local function section(title, sort, limit)
-    local rep = sh(("perf report -i %s --stdio --no-children --sort %s --percent-limit 1.5 2>/dev/null"):format(
-      data, sort))
-    lines[#lines + 1] = title
-    local k = 0
-    for l in rep:gmatch("[^\n]+") do
-      if not l:match("^#") and l:match("%%") and k < limit then
-        lines[#lines + 1] = "  " .. trim(l):gsub("%s+", " ")
-        k = k + 1
-      end
-    end
-  end
-  section("by thread:", "pid", 6)
   -- One client per child: its threads start in this order (tids ascending): the main thread
-  -- (Lua, dispatch, handlers), the I/O thread (at start()), the scanner thread (first body).
-  local tids, first = {}, nil
-  for i, l in ipairs(lines) do
-    if l == "by thread:" then first = i end
-    local tid = first and (l:match("^  %S+%% (%d+):lua5%.4") or l:match("^  %S+%% (%d+):luajit"))
-    if tid then tids[#tids + 1] = { i = i, tid = tonumber(tid) } end
+  -- (Lua: dispatch, handlers), the I/O thread (at start()), the scanner thread (first body).
+  local threads = perf_rows(data, "pid")
+  local lua_tids = {}
+  for _, r in ipairs(threads) do
+    if r.comm == "lua5.4" or r.comm == "luajit" then lua_tids[#lua_tids + 1] = r.tid end
   end
-  table.sort(tids, function(a, b) return a.tid < b.tid end)
-  if #tids == 3 then
-    for k, name in ipairs{ "main thread: Lua", "I/O thread", "scanner thread" } do
-      lines[tids[k].i] = lines[tids[k].i] .. " (" .. name .. ")"
-    end
+  table.sort(lua_tids)
+  local names = {}
+  if #lua_tids == 3 then
+    for k, name in ipairs{ "main thread (Lua)", "I/O thread", "scanner thread" } do names[lua_tids[k]] = name end
   end
-  section("by shared object:", "dso", 8)
-  section("by symbol:", "dso,sym", 16)
+  local function who(r) return names[r.tid] or (r.tid and (r.tid .. ":" .. r.comm) or "") end
+  lines[#lines + 1] = ("by thread (CPU seconds: samples at %d Hz):"):format(PERF_HZ)
+  for _, r in ipairs(threads) do
+    lines[#lines + 1] = ("  %6.2f%%  %5.2f s  %s"):format(r.pct, r.n / PERF_HZ, who(r))
+  end
+  lines[#lines + 1] = "by thread and shared object:"
+  for i, r in ipairs(perf_rows(data, "pid,dso")) do
+    if i > 10 then break end
+    lines[#lines + 1] = ("  %6.2f%%  %5.2f s  %-18s %s"):format(r.pct, r.n / PERF_HZ, who(r), r.rest)
+  end
+  lines[#lines + 1] = "by thread and symbol:"
+  for i, r in ipairs(perf_rows(data, "pid,sym")) do
+    if i > 16 then break end
+    lines[#lines + 1] = ("  %6.2f%%  %5.2f s  %-18s %s"):format(r.pct, r.n / PERF_HZ, who(r), r.rest)
+  end
   return table.concat(lines, "\n")
 end
 
@@ -409,8 +425,8 @@ local function profile(id, what, mode, hname, strip, url, n)
   os.execute(("mkfifo %s %s"):format(ctl, ack))
   local child = ("%s bench/informer_bench.lua --child %s %s %s %s %d"):format(LUA, mode, hname,
     strip and "strip" or "keep", url, n or 0)
-  local cmd = ("BENCH_PERF_CTL=%s,%s timeout -k 5 900 perf record -q -e cpu-clock -F 2000 -D -1 --control fifo:%s,%s "
-    .. "-o %s -- %s"):format(ctl, ack, ctl, ack, data, child)
+  local cmd = ("BENCH_PERF_CTL=%s,%s timeout -k 5 900 perf record -q -e cpu-clock -F %d -D -1 --control fifo:%s,%s "
+    .. "-o %s -- %s"):format(ctl, ack, PERF_HZ, ctl, ack, data, child)
   note_command("profile (" .. mode .. ")", (cmd:gsub(dir, "$DIR")))
   log("profiling %s", what)
   local out = sh(cmd .. " 2>&1")
@@ -792,6 +808,12 @@ local function draw_chart()
   sub[1] = ("%s, default: kinformer %s, %s"):format(pods_label(BIG),
     x and ("%.1fx faster than client-node (target 10x)"):format(x) or "(no client-node)",
     y and ("\n%.1fx the curl floor (target 2x)"):format(y) or "")
+  for _, q in ipairs(S1_PODS) do
+    local fails = R["FAIL:S1/" .. q .. "/cn/sync_s"]
+    if fails then
+      sub[1] = sub[1] .. ("\nno bar: client-node's one list fails at %s (%s)"):format(pods_label(q), fails[1])
+    end
+  end
   x = r(best("rss_mb"), pre .. "kinf-paged-strip/rss_mb")
   local x2 = r(best("rss_mb"), pre .. "kinf-paged-keep/rss_mb")
   sub[2] = x and ("%s: kinformer uses 1/%.1f (stripped),\n1/%.1f (kept) of client-node's (target 1/4)"):format(
@@ -834,15 +856,61 @@ end
 -- of the run that produced bench/RESULTS.md; shown only for the targets missed in this run.
 local FIXES = {
   ["S1-floor"] = [[
-**S1, kinformer against the curl floor.** See the profile above.]],
+**S1, kinformer against the curl floor (missed: about 3-4x instead of 2x).** curl only receives;
+kinformer's sync is bounded by its scanner thread. In the profile above it is busy about 0.9 CPU
+s of the ~1.8 s sync of 100k pods: half of it scanning (`kinf_scanner_feed`), the other half in
+the kernel, faulting in the ~525 MB of records it allocates (`exc_page_fault`, `clear_page_erms`)
+and growing the thread's malloc arena with `mprotect` (`sysmalloc`, `mprotect_fixup`); the I/O
+thread needs about 0.3 s and the Lua thread 0.1 s. Pagination adds about 0.2 s (one page of
+100k: 1.4-1.5 s; compare the WatchList rows). Proposed fixes, by expected gain: (1) allocate the
+records of a list from large chunks (say 1 MiB slabs, freed when their last record goes) instead
+of one `malloc` per ~5 KB record, and fault them in in bulk (`MADV_POPULATE_WRITE`, or huge
+pages): this removes the arena growth and most page-fault entries, up to half of the scanner
+thread's time; (2) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's
+stage 1) in `kinf_scanner_feed`, which is branch-bound, one byte at a time (bench/README.md,
+issue 3); (3) ask for the next page as soon as the current page's `metadata.continue` is scanned
+(it comes first in the body), so the server prepares it while the current page streams, or use
+WatchList where the server has it. (1) and (2) would bring the scanner thread near the I/O
+thread's 0.3 s, i.e. near 2x of the floor; to be measured.]],
   ["S1-speed"] = [[
-**S1, kinformer against client-node.** See the S1 tables.]],
+**S1 against client-node (missed where the ratio is under 10x).** The margin is thin at 100k
+pods with managedFields kept (about 10x; client-node takes ~19 s to decode 900 MB into its typed
+models). kinformer's time there is the critical path of the floor target above (the scanner
+thread); its fixes apply unchanged.]],
   ["S1-rss"] = [[
-**S1, peak RSS.** See the S1 tables.]],
+**S1 peak RSS with managedFields kept (missed: about 1/3 instead of 1/4).** kinformer keeps
+every object as its JSON, at 1.04x the JSON's size (939 MB of RSS for 903 MB at 100k pods), and
+managedFields are 45% of it; client-node's typed objects take ~3.0 GB. Below the JSON's size only
+compaction helps: keep `managedFields` entries out of line, deduplicated by content, and decode
+them only when read. In the generated pods the kube-controller-manager and kube-scheduler entries
+(3.5 of each pod's 9.0 KB) are the same for every pod of a ReplicaSet but for their `time`; kept
+once per ReplicaSet, the cache would shrink by about a third, to about 1/5 of client-node's (an
+estimate). With stripping, the default, the target is met (about 1/6).]],
   ["S2-rate"] = [[
-**S2, events/s with a handler.** See the profile above.]],
+**S2 with managedFields kept (missed: about 1.5-2x instead of 5x).** In the profile above the
+Lua thread is the bottleneck (80% of the samples): reading `obj.metadata.name` decodes the whole
+`metadata` member, which with managedFields is ~5 KB of nested tables per event (lua5.4, libc's
+`malloc`/`free` and lua-cjson together take about three quarters of all samples). Stripped, the
+same handler meets the target (about 6x at 10k and 8x at 100k pods). Proposed fix (lua_core.c,
+as in issue 5's analysis): make `metadata` a lazy table of its own, with `name`, `namespace`,
+`uid` and `resourceVersion` served from the record's already parsed meta and the other members
+(managedFields included) decoded on access; the kept case then runs at the stripped rate.]],
   ["S4-rss"] = [[
-**S4, relist peak.** See the S4 table.]],
+**S4, relist peak (missed: about 1.9x instead of 1.2x; client-node about 2.2x).** The reflector
+collects every item of a list (`r->items`, csrc/reflector.c) and replaces the FIFO only when the
+list is complete, as client-go does, so during a relist a new copy of every object (~470 MB at
+100k pods, stripped) lives next to the cache's. Proposed fix: while relisting, look each item's
+key up in the FIFO's known objects (the informer's store) before building its record and, when
+the stored record has the same resourceVersion, take a reference to it instead of a copy
+(records are immutable and reference-counted, csrc/object.h). After a 410 nearly every object
+is unchanged, so the relist then costs the pointer array and the changed objects (peak close to
+steady), and it allocates and faults in almost nothing, which also makes it faster.]],
+  ["S3-note"] = [[
+**S3 has no target, but `by_index` is the one lookup where client-node is ahead** (see the S3
+table: objects/s): `informer.list(ns)` copies references out of a Map, while kinformer's
+`by_index` builds a new Lua array per call and looks every key up in the store's key -> table
+cache. A result array cached per (index, value), invalidated by a generation counter the
+dispatch bumps when that index entry changes, would make a repeated call one table copy.]],
 }
 
 -- ---------------------------------------------------------------------------------------------
@@ -1058,6 +1126,8 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
   for _, id in ipairs{ "S1-floor", "S1-speed", "S1-rss", "S2-rate", "S4-rss" } do
     if missed[id] then notes[#notes + 1] = trim(FIXES[id]) end
   end
+  local ko, co = med("S3/kinf/idx_objs"), med("S3/cn/idx_objs")
+  if ko and co and ko < co then notes[#notes + 1] = trim(FIXES["S3-note"]) end
   w("## Closing note")
   w()
   if #notes == 0 then

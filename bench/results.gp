@@ -25,7 +25,7 @@ set style fill solid 0.85 border rgb "#333333"
 set boxwidth 0.92
 set grid ytics lc rgb "#dddddd"
 set key top left samplen 1.5 spacing 0.95 font ",9" opaque
-set offsets 0, 0, graph 0.5, 0   # head room for the key above the tallest bar
+set offsets 0, 0, graph 0.3, 0   # head room for the key above the tallest bar
 set xtics nomirror scale 0 font ",10"
 set ytics nomirror
 set border 3
