@@ -857,12 +857,14 @@ end
 local FIXES = {
   ["S1-floor"] = [[
 **S1, kinformer against the curl floor (missed: about 3-4x instead of 2x).** curl only receives;
-kinformer's sync is bounded by its scanner thread. In the profile above it is busy about 0.9 CPU
-s of the ~1.8 s sync of 100k pods: half of it scanning (`kinf_scanner_feed`), the other half in
+kinformer's sync is bounded by its scanner thread. In the profile above it is busy about 1 CPU s
+of the 1.6-1.9 s sync of 100k pods: half of it scanning (`kinf_scanner_feed`), the other half in
 the kernel, faulting in the ~525 MB of records it allocates (`exc_page_fault`, `clear_page_erms`)
-and growing the thread's malloc arena with `mprotect` (`sysmalloc`, `mprotect_fixup`); the I/O
-thread needs about 0.3 s and the Lua thread 0.1 s. Pagination adds about 0.2 s (one page of
-100k: 1.4-1.5 s; compare the WatchList rows). Proposed fixes, by expected gain: (1) allocate the
+and growing the thread's malloc arena with `mprotect` (`sysmalloc`); the I/O thread needs about
+0.3 s and the Lua thread 0.1 s. Pagination is a smaller cost: measured apart on this machine
+(`page_size = 1000000`), one page of 100k pods synced in 1.4-1.5 s against 1.6-1.7 s in pages of
+500, and the WatchList rows are within the noise of the paged ones (the fake server itself
+streams WatchList events at about 220k/s, 0.45 s for 100k). Proposed fixes, by expected gain: (1) allocate the
 records of a list from large chunks (say 1 MiB slabs, freed when their last record goes) instead
 of one `malloc` per ~5 KB record, and fault them in in bulk (`MADV_POPULATE_WRITE`, or huge
 pages): this removes the arena growth and most page-fault entries, up to half of the scanner
@@ -887,11 +889,11 @@ them only when read. In the generated pods the kube-controller-manager and kube-
 once per ReplicaSet, the cache would shrink by about a third, to about 1/5 of client-node's (an
 estimate). With stripping, the default, the target is met (about 1/6).]],
   ["S2-rate"] = [[
-**S2 with managedFields kept (missed: about 1.5-2x instead of 5x).** In the profile above the
+**S2 with managedFields kept (missed: about 1.5-2.2x instead of 5x).** In the profile above the
 Lua thread is the bottleneck (80% of the samples): reading `obj.metadata.name` decodes the whole
 `metadata` member, which with managedFields is ~5 KB of nested tables per event (lua5.4, libc's
 `malloc`/`free` and lua-cjson together take about three quarters of all samples). Stripped, the
-same handler meets the target (about 6x at 10k and 8x at 100k pods). Proposed fix (lua_core.c,
+same handler meets the target (6-7x at 10k and about 8x at 100k pods). Proposed fix (lua_core.c,
 as in issue 5's analysis): make `metadata` a lazy table of its own, with `name`, `namespace`,
 `uid` and `resourceVersion` served from the record's already parsed meta and the other members
 (managedFields included) decoded on access; the kept case then runs at the stripped rate.]],
@@ -908,9 +910,10 @@ steady), and it allocates and faults in almost nothing, which also makes it fast
   ["S3-note"] = [[
 **S3 has no target, but `by_index` is the one lookup where client-node is ahead** (see the S3
 table: objects/s): `informer.list(ns)` copies references out of a Map, while kinformer's
-`by_index` builds a new Lua array per call and looks every key up in the store's key -> table
-cache. A result array cached per (index, value), invalidated by a generation counter the
-dispatch bumps when that index entry changes, would make a repeated call one table copy.]],
+`by_index` (csrc/lua_store.c) collects a counted reference to every record of the index entry
+under the store's lock, then finds each record's Lua table (`push_pinned`) for a new array. A
+result array cached per (index, value), invalidated by a generation counter the dispatch bumps
+when that index entry changes, would make a repeated call one table copy.]],
 }
 
 -- ---------------------------------------------------------------------------------------------
@@ -948,7 +951,7 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
   w("| fake API server | " .. v.server .. ", `tools/fake-apiserver/server.py --pods N` |")
   w("| floors | " .. v.curl .. " (`curl -s -o /dev/null` of the same list, one response); lua-cjson "
     .. "decoding the same list in pages of " .. OPT.page .. " (decode time only) |")
-  if v.nginx then w("| S5 | nginx " .. v.nginx .. " |") end
+  if v.nginx then w("| S5 | " .. v.nginx .. ", wrk, the OpenResty example |") end
   w()
 
   w("## Targets")
