@@ -57,12 +57,14 @@ local HANDLERS = {
 
 -- ---------------------------------------------------------------------------------------------
 -- Child mode: one measurement, printing one line of key=value pairs.
---   --child sync|phases|events|lookup <handler> <strip> <url> <n>
+--   --child sync|phases|events|lookup <handler> <strip> <url> <n> [watchlist]
+-- (watchlist: the initial state through a WatchList stream; bench/peers_bench.lua uses it)
 if arg[1] == "--child" then
   local kinformer = require "kinformer"
   local mode, hname, strip, url, n = arg[2], arg[3], arg[4] == "strip", arg[5], tonumber(arg[6])
   local client = assert(kinformer.client{ server = url })
-  local inf = assert(client:informer{ resource = "pods", strip_managed_fields = strip })
+  local inf = assert(client:informer{ resource = "pods", strip_managed_fields = strip,
+                                      watch_list = arg[7] == "watchlist" })
   local seen = 0
   local function count() seen = seen + 1 end
   if HANDLERS[hname] then inf:add_handler(HANDLERS[hname](count)) end
@@ -76,11 +78,21 @@ if arg[1] == "--child" then
 
   -- Profiling (bench/README.md): with BENCH_CALLGRIND=1 under
   -- `valgrind --tool=callgrind --instr-atstart=no`, only the measured phase is collected:
-  -- the sync (mode sync), the burst (mode events) or the warm gets (mode lookup).
+  -- the sync (mode sync), the burst (mode events) or the warm gets (mode lookup). Likewise with
+  -- BENCH_PERF_CTL=ctl-fifo,ack-fifo under `perf record -D -1 --control fifo:ctl-fifo,ack-fifo`
+  -- (bench/peers_bench.lua profiles missed targets so).
   local callgrind = os.getenv("BENCH_CALLGRIND")
+  local perf_ctl, perf_ack = (os.getenv("BENCH_PERF_CTL") or ""):match("^([^,]+),([^,]+)$")
   local function collect(on)
     if callgrind then
       os.execute(("callgrind_control -i %s %s >/dev/null"):format(on and "on" or "off", pid))
+    end
+    if perf_ctl then
+      local c, a = assert(io.open(perf_ctl, "w")), assert(io.open(perf_ack, "r"))
+      c:write(on and "enable\n" or "disable\n")
+      c:close()
+      a:read("l")
+      a:close()
     end
   end
 

@@ -47,3 +47,102 @@ describe("bench/informer_bench.lua (smoke size)", function()
     assert.is_false(alive(pid))
   end)
 end)
+
+-- The peers benchmark (bench/peers_bench.lua, `make bench`) at its --smoke size: every kinformer
+-- scenario runs and the results page, data files and chart are written. The client-node side
+-- runs when bench/peers/client-node/node_modules exists (no npm or network here) and is skipped
+-- with a printed note otherwise.
+describe("bench/peers_bench.lua (--smoke)", function()
+  it("runs every scenario at tiny sizes and writes the results page", function()
+    local lua = _VERSION == "Lua 5.4" and "lua5.4" or "luajit"
+    local build = _VERSION == "Lua 5.4" and "lua5.4" or "luajit"
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. quote(dir)))
+    finally(function() os.execute("rm -rf " .. quote(dir)) end)
+    local cmd = ("cd %s && LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' LUA_CPATH='build/%s/?.so;;' "
+      .. "timeout -k 5 240 %s bench/peers_bench.lua --smoke --out=%s/RESULTS.md --png=%s/results.png "
+      .. "--data=%s 2>&1; echo \"exit=$?\""):format(quote(KINFORMER_ROOT), build, lua, dir, dir, dir)
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal(0, tonumber(out:match("exit=(%d+)%s*$")), out)
+
+    local f = assert(io.open(dir .. "/RESULTS.md"))
+    local page = f:read("a")
+    f:close()
+    for _, section in ipairs{ "## Targets", "## S1: initial sync", "## S2: watch events",
+                              "## S3: lookups", "## S4: relist after a 410", "## Closing note",
+                              "## Commands" } do
+      assert.matches(section, page, 1, true)
+    end
+    -- Every kinformer row carries a number; the floors too.
+    for _, row in ipairs{ "| floor: `curl -s -o /dev/null`, one response | ",
+                          "| floor: lua-cjson decode of the same objects (pages of 1000) | ",
+                          "| kinformer, pages of 500, managedFields stripped (default) | ",
+                          "| kinformer, pages of 500, managedFields kept | ",
+                          "| kinformer, WatchList, managedFields stripped | ",
+                          "| kinformer, WatchList, managedFields kept | ",
+                          "| kinformer, no handler, stripped | ",
+                          "| kinformer, Lua handler reads metadata.name, stripped | ",
+                          "| kinformer, Lua handler reads metadata.name, kept | " } do
+      assert.matches(row:gsub("%p", "%%%0") .. "%d", page)
+    end
+    assert.matches("| 200 | 200 | %d[%d.]* | %d", page)              -- latency, kinformer
+    assert.matches("| get, calls/s | %d", page)
+    assert.matches("| kinformer | %d+ | %d+ | %d%.%d%d | ", page)      -- S4
+    -- A profile, or the reason there is none.
+    assert.truthy(page:match("## Where the time goes\n") or out:match("perf is not installed"), page)
+
+    local have_node = io.open(KINFORMER_ROOT .. "/bench/peers/client-node/node_modules/"
+      .. "@kubernetes/client-node/package.json")
+    if have_node then
+      have_node:close()
+      assert.matches("| client%-node [%d.]+, one list %(its documented informer%), everything kept | %d", page)
+      assert.matches("| client%-node [%d.]+, pages of 500 %(a list function following continue%), "
+        .. "everything kept | %d", page)
+      assert.matches("| client%-node, JS handler reads metadata.name | %d", page)
+      assert.matches("| client%-node | %d+ | %d+ | %d%.%d%d | ", page)
+      assert.matches("S1 300 pods, stripped: time to synced at least 10x faster than client-node", page, 1, true)
+    else
+      assert.matches("NOTE: bench/peers/client-node/node_modules is absent", out, 1, true)
+      print("\nNOTE: client-node is not installed (bench/peers/client-node/node_modules): "
+        .. "its side of the peers benchmark smoke was skipped; `make bench` installs it")
+    end
+    -- The data files of the chart; the chart itself where gnuplot is installed.
+    for _, name in ipairs{ "s1_time.dat", "s1_rss.dat", "s2_rate.dat", "s2_latency.dat", "s3.dat", "s4.dat" } do
+      local d = assert(io.open(dir .. "/" .. name), name)
+      assert.matches('^"group" "', d:read("a"))
+      d:close()
+    end
+    -- The fake API servers it started are gone.
+    local pids = {}
+    for pid in out:gmatch("fake API server with [^\n]- %(pid (%d+)%)") do pids[#pids + 1] = pid end
+    assert.is_true(#pids >= 1, out)
+    local deadline = os.time() + 5
+    for _, pid in ipairs(pids) do
+      while alive(pid) and os.time() < deadline do os.execute("sleep 0.1") end
+      assert.is_false(alive(pid))
+    end
+    -- The page can be written again from the saved state, without measuring.
+    os.remove(dir .. "/RESULTS.md")
+    local p2 = assert(io.popen(("cd %s && LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/%s/?.so;;' "
+      .. "%s bench/peers_bench.lua --page-only=%s 2>&1; echo \"exit=$?\""):format(quote(KINFORMER_ROOT),
+      build, lua, dir)))
+    local out2 = p2:read("a")
+    p2:close()
+    assert.are.equal(0, tonumber(out2:match("exit=(%d+)%s*$")), out2)
+    f = assert(io.open(dir .. "/RESULTS.md"))
+    assert.are.equal(page, f:read("a"))
+    f:close()
+
+    local gnuplot = io.popen("command -v gnuplot"):read("a") ~= ""
+    if gnuplot then
+      local png = assert(io.open(dir .. "/results.png", "rb"))
+      assert.are.equal("\137PNG", png:read(4))
+      png:close()
+    else
+      assert.matches("gnuplot is not installed", page, 1, true)
+    end
+  end)
+end)
