@@ -88,6 +88,11 @@ static kinf_err deltas_copy(const kinf_deltas *src, kinf_deltas *dst)
     return KINF_OK;
 }
 
+kinf_store *kinf_fifo_known(kinf_fifo *f)
+{
+    return f->known;
+}
+
 kinf_fifo *kinf_fifo_new(kinf_store *known, unsigned flags, kinf_err *err)
 {
     pthread_mutexattr_t mattr;

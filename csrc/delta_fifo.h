@@ -75,6 +75,9 @@ kinf_err kinf_fifo_delete(kinf_fifo *f, kinf_object *obj);
 /* Enqueues Replaced (EMIT_REPLACED) or Sync for each object, then the deletions of SEMANTICS 3.
  * rv is informational (kept for status). Tombstones in objs: KINF_EINVAL, nothing enqueued. */
 kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, const char *rv);
+/* The known store given to kinf_fifo_new (borrowed; NULL if none). */
+kinf_store *kinf_fifo_known(kinf_fifo *f);
+
 /* Sync for every known object with no queued deltas; a no-op without known objects. */
 kinf_err kinf_fifo_resync(kinf_fifo *f);
 

@@ -281,7 +281,7 @@ static int c_reflector(lua_State *L)
     static const char *const known[] = {
         "path", "fifo", "label_selector", "field_selector", "watch_list", "strip_managed_fields",
         "page_size", "idle_timeout", "watch_timeout", "backoff_initial", "backoff_max",
-        "max_object_bytes", NULL};
+        "max_object_bytes", "reuse_known", NULL};
     kinf_client *client = check_client(L);
     kinf_reflector_config cfg;
     kinf_fifo *fifo;
@@ -310,6 +310,7 @@ static int c_reflector(lua_State *L)
     cfg.backoff_initial = opt_number(L, 2, "backoff_initial", "reflector", 0);
     cfg.backoff_max = opt_number(L, 2, "backoff_max", "reflector", 0);
     cfg.max_object_bytes = (size_t)opt_number(L, 2, "max_object_bytes", "reflector", 0);
+    cfg.reuse_known = opt_bool(L, 2, "reuse_known", "reflector", 0);
 
     lr = kl_newuserdata(L, sizeof(*lr)); /* 4 */
     lr->r = NULL;

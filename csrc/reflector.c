@@ -76,6 +76,7 @@ struct kinf_reflector {
     char xfer_msg[300];       /* transport failure of the finished transfer (client's words) */
 
     /* list */
+    int reuse_known;          /* immutable: see list_record */
     kinf_object **items;      /* [scan] */
     size_t nitems, capitems;  /* [scan] */
     char list_rv[256];        /* rv requested by the first page of this list */
@@ -150,6 +151,7 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
         goto nomem;
     r->watch_list = cfg->watch_list;
     r->strip = cfg->strip_managed_fields;
+    r->reuse_known = cfg->reuse_known;
     r->page_size = cfg->page_size ? cfg->page_size : 500;
     r->max_object = cfg->max_object_bytes ? cfg->max_object_bytes : KINF_SCAN_DEFAULT_MAX_OBJECT;
     r->idle_timeout = cfg->idle_timeout > 0 ? cfg->idle_timeout : 90;
@@ -451,6 +453,37 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
 
 /* ---- list ---- */
 
+/* The record for an object of a list (or of a WatchList's initial events). With reuse_known,
+ * the FIFO's known store's record when it holds this key at this resourceVersion: a relist of
+ * an unchanged cache then holds one copy of each object, not two (client-go holds two). The
+ * store's records are what a list produces (same scan options, no transform: the informer sets
+ * reuse_known only then), and one resourceVersion is one content. */
+static kinf_object *list_record(kinf_reflector *r, const char *json, size_t len,
+                                const kinf_meta *meta, kinf_err *err)
+{
+    kinf_store *known = r->reuse_known ? kinf_fifo_known(r->fifo) : NULL;
+    const kinf_str *ns = &meta->namespace_, *rv = &meta->resource_version;
+    char key[512];
+    size_t klen = (ns->len ? ns->len + 1 : 0) + meta->name.len;
+
+    if (known != NULL && rv->len > 0 && klen <= sizeof(key)) {
+        kinf_object *old;
+        if (ns->len) {
+            memcpy(key, ns->ptr, ns->len);
+            key[ns->len] = '/';
+        }
+        memcpy(key + (ns->len ? ns->len + 1 : 0), meta->name.ptr, meta->name.len);
+        old = kinf_store_get(known, key, klen);
+        if (old != NULL) {
+            if (strlen(old->resource_version) == rv->len &&
+                memcmp(old->resource_version, rv->ptr, rv->len) == 0)
+                return old; /* the store's reference becomes ours */
+            kinf_object_unref(old);
+        }
+    }
+    return kinf_object_new(json, len, meta, err);
+}
+
 static kinf_err on_list_item(void *ud, const kinf_scan_item *item)
 {
     kinf_reflector *r = ud;
@@ -470,7 +503,7 @@ static kinf_err on_list_item(void *ud, const kinf_scan_item *item)
         r->items = grown;
         r->capitems = cap;
     }
-    obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
+    obj = list_record(r, item->json, item->json_len, &item->meta, &err);
     if (obj == NULL)
         return err;
     r->items[r->nitems++] = obj;
@@ -754,7 +787,10 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
                      kinf_event_type_name(item->type));
             return KINF_ENOKEY;
         }
-        obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
+        if (r->initial_phase && item->type == KINF_EV_ADDED)
+            obj = list_record(r, item->json, item->json_len, &item->meta, &err);
+        else
+            obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
         if (obj == NULL)
             return err;
         if (r->initial_phase && item->type == KINF_EV_ADDED) {

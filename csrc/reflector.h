@@ -40,6 +40,10 @@ typedef struct kinf_reflector_config {
     double backoff_initial;        /* 0: 0.8 s */
     double backoff_max;            /* 0: 30 s */
     size_t max_object_bytes;       /* 0: 64 MiB */
+    int reuse_known;               /* a listed object whose key and resourceVersion match a
+                                      record of the FIFO's known store reuses that record
+                                      instead of a copy (a relist then holds one copy). Only
+                                      when the store keeps records as listed (no transform) */
 } kinf_reflector_config;
 
 typedef struct kinf_reflector_status {

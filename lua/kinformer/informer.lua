@@ -80,7 +80,9 @@ function _M.new(client_core, opts, res)
   end
   local store = core.store{}
   local fifo = core.delta_fifo{ known_objects = store, emit_replaced = true }
-  local ropts = { path = res.path, fifo = fifo }
+  -- Without a transform the store keeps records exactly as listed, so a relist can reuse the
+  -- unchanged ones instead of holding a second copy of the cache.
+  local ropts = { path = res.path, fifo = fifo, reuse_known = opts.transform == nil }
   for k in pairs(REFLECTOR_OPTS) do ropts[k] = opts[k] end
   local reflector, err = client_core:reflector(ropts)
   if not reflector then return nil, err end
