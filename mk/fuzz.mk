@@ -1,0 +1,57 @@
+# fuzz.mk - libFuzzer targets (clang -fsanitize=fuzzer,address,undefined), one per input format.
+#
+#   make fuzz [FUZZ_SECONDS=30] [FUZZ_RUNS=N]   every target below, one after the other, each for
+#                                 FUZZ_SECONDS (or N executions, whichever comes first)
+#   make fuzz-jsonscan            the streaming JSON scanner (csrc/fuzz/fuzz_jsonscan.c)
+#   make fuzz-reflector           the reflector's list / watch framing through its test seam
+#                                 (csrc/fuzz/fuzz_reflector.c)
+# Each runs over its seed corpus csrc/fuzz/corpus/<target> plus build/fuzz/corpus-<target> (new
+# inputs go there), writes crashes to csrc/fuzz/crash-*, logs to build/fuzz/<target>.log and
+# prints the executions, time and final coverage line. FUZZ_NICE (default 10) lowers the priority.
+
+# This fragment is included before the Makefile's `all:`; keep that the default goal.
+_fuzz_saved_goal := $(.DEFAULT_GOAL)
+
+FUZZ_SECONDS ?= 30
+FUZZ_RUNS    ?=
+FUZZ_NICE    ?= 10
+FUZZ_CC      ?= clang
+FUZZ_FLAGS    = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=all
+FUZZ_TARGETS  = jsonscan reflector
+
+.PHONY: fuzz $(FUZZ_TARGETS:%=fuzz-%)
+
+fuzz: $(FUZZ_TARGETS:%=fuzz-%)
+
+# The scanner alone: no libcurl, no threads.
+$(BUILD)/fuzz/fuzz_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/jsonscan.c csrc/jsonscan.h \
+                             csrc/kinf.c csrc/kinf.h csrc/object.h csrc/object.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_jsonscan.c \
+	    csrc/jsonscan.c csrc/kinf.c
+
+# The reflector needs the whole core (CORE_SRC is complete once every fragment is read).
+$(BUILD)/fuzz/fuzz_reflector: csrc/fuzz/fuzz_reflector.c $(wildcard csrc/*.c csrc/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_reflector.c \
+	    $(CORE_SRC) $(LIBS)
+
+# fuzz-NAME: runs build/fuzz/fuzz_NAME; the exit status is the fuzzer's (non-zero on a finding).
+$(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
+	@mkdir -p $(BUILD)/fuzz/corpus-$*
+	@echo "fuzzing $* for $(FUZZ_SECONDS) s$(if $(FUZZ_RUNS), or $(FUZZ_RUNS) runs) (log: $(BUILD)/fuzz/$*.log)"
+	@start=$$(date +%s); \
+	ASAN_OPTIONS=detect_leaks=1 nice -n $(FUZZ_NICE) $(BUILD)/fuzz/fuzz_$* \
+	    -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) \
+	    -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix=csrc/fuzz/ \
+	    $(BUILD)/fuzz/corpus-$* csrc/fuzz/corpus/$* > $(BUILD)/fuzz/$*.log 2>&1; \
+	rc=$$?; secs=$$(( $$(date +%s) - start )); \
+	grep -E '^#[0-9]+.*(DONE|cov:)' $(BUILD)/fuzz/$*.log | tail -n 1 || true; \
+	execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(BUILD)/fuzz/$*.log); \
+	rate=$$(sed -n 's/^stat::average_exec_per_sec: *//p' $(BUILD)/fuzz/$*.log); \
+	echo "$* fuzz: $${execs:-?} executions in $$secs s ($${rate:-?} exec/s), exit $$rc"; \
+	if [ $$rc -ne 0 ]; then grep -m1 -A30 'ERROR\|invariant' $(BUILD)/fuzz/$*.log; fi; \
+	exit $$rc
+
+.DEFAULT_GOAL := $(_fuzz_saved_goal)
