@@ -75,7 +75,8 @@ struct kinf_reflector {
     double due;
     CURL *easy;
     kinf_pipe *pipe;          /* the client's; immutable */
-    kinf_scanner *scanner;    /* [scan] */
+    kinf_scanner *scanner;    /* [scan] list_scanner or watch_scanner, for the transfer */
+    kinf_scanner *list_scanner, *watch_scanner; /* immutable; their state is [scan] */
     long http_code;           /* of the transfer in progress, 0 until headers arrive */
     double retry_after;
     char *errbody;            /* non-2xx body, bounded */
@@ -117,6 +118,10 @@ struct kinf_reflector {
     int test_mode;
     char *test_query;         /* the request the reflector waits a response to */
 };
+
+static kinf_err on_list_item(void *ud, const kinf_scan_item *item);
+static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end);
+static kinf_err on_watch_item(void *ud, const kinf_scan_item *item);
 
 static double now_mono(void)
 {
@@ -177,11 +182,23 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     r->rng = (uint64_t)(uintptr_t)r ^ (uint64_t)(now_mono() * 1e9) ^ 0x9e3779b97f4a7c15ULL;
     if (r->rng == 0)
         r->rng = 1;
+    /* One scanner per kind of body, made once: begin_transfer resets the one it uses. */
     memset(&so, 0, sizeof(so));
+    so.on_item = on_list_item;
+    so.on_list_end = on_list_end;
+    so.ud = r;
+    so.flags = KINF_SCAN_INJECT_KIND | (r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u);
     so.max_object_bytes = r->max_object;
-    r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, err);
-    if (r->scanner == NULL)
+    r->list_scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, err);
+    memset(&so, 0, sizeof(so));
+    so.on_item = on_watch_item;
+    so.ud = r;
+    so.flags = r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u;
+    so.max_object_bytes = r->max_object;
+    r->watch_scanner = kinf_scanner_new(KINF_SCAN_WATCH, &so, err);
+    if (r->list_scanner == NULL || r->watch_scanner == NULL)
         goto nomem;
+    r->scanner = r->list_scanner;
     r->client = kinf_client_ref(client);
     r->pipe = kinf_client_pipe(client);
     r->fifo = kinf_fifo_ref(fifo);
@@ -191,6 +208,8 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     return r;
 nomem:
     if (r != NULL) {
+        kinf_scanner_free(r->list_scanner);
+        kinf_scanner_free(r->watch_scanner);
         free(r->path);
         free(r->label_selector);
         free(r->field_selector);
@@ -349,7 +368,8 @@ void kinf_reflector_free(kinf_reflector *r)
     free(r->continue_token);
     free(r->errbody);
     free(r->test_query);
-    kinf_scanner_free(r->scanner);
+    kinf_scanner_free(r->list_scanner);
+    kinf_scanner_free(r->watch_scanner);
     kinf_fifo_unref(r->fifo);
     kinf_client_unref(r->client);
     free(r->path);
@@ -668,7 +688,6 @@ static void start_list(kinf_reflector *r)
 {
     query q;
     char limit[32];
-    kinf_scan_options so;
     const char *rv;
 
     drop_items(r);
@@ -678,22 +697,7 @@ static void start_list(kinf_reflector *r)
         rv = r->rv_unavailable ? "" : (r->last_rv[0] ? r->last_rv : "0");
         snprintf(r->list_rv, sizeof(r->list_rv), "%s", rv);
     }
-    memset(&so, 0, sizeof(so));
-    so.on_item = on_list_item;
-    so.on_list_end = on_list_end;
-    so.ud = r;
-    so.flags = KINF_SCAN_INJECT_KIND | (r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u);
-    so.max_object_bytes = r->max_object;
-    kinf_scanner_free(r->scanner);
-    {
-        kinf_err err;
-        r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, &err);
-        if (r->scanner == NULL) {
-            record_error(r, 0, NULL, "out of memory");
-            schedule_backoff(r, NEXT_LIST, 0);
-            return;
-        }
-    }
+    r->scanner = r->list_scanner;
     q_start(&q, r);
     if (r->list_rv[0] || r->full_list)
         q_param(&q, "resourceVersion", r->list_rv);
@@ -940,22 +944,9 @@ static void start_watch(kinf_reflector *r)
 {
     query q;
     char timeout[32];
-    kinf_scan_options so;
-    kinf_err err;
     int watch_list = r->watch_list && !r->watch_list_failed && !r->st.listed;
 
-    memset(&so, 0, sizeof(so));
-    so.on_item = on_watch_item;
-    so.ud = r;
-    so.flags = r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u;
-    so.max_object_bytes = r->max_object;
-    kinf_scanner_free(r->scanner);
-    r->scanner = kinf_scanner_new(KINF_SCAN_WATCH, &so, &err);
-    if (r->scanner == NULL) {
-        record_error(r, 0, NULL, "out of memory");
-        schedule_backoff(r, NEXT_WATCH, 0);
-        return;
-    }
+    r->scanner = r->watch_scanner;
     q_start(&q, r);
     q_param(&q, "watch", "true");
     if (watch_list) {

@@ -19,6 +19,10 @@ FUZZ_CC      ?= clang
 FUZZ_FLAGS    = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=all
 FUZZ_TARGETS  = jsonscan reflector
+# Per-target libFuzzer options: the reflector's inputs are response sequences, whose cost grows
+# with their length; 2 KiB holds several list pages and watch streams.
+FUZZ_ARGS_jsonscan  =
+FUZZ_ARGS_reflector = -max_len=2048
 
 .PHONY: fuzz $(FUZZ_TARGETS:%=fuzz-%)
 
@@ -43,8 +47,8 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
 	@echo "fuzzing $* for $(FUZZ_SECONDS) s$(if $(FUZZ_RUNS), or $(FUZZ_RUNS) runs) (log: $(BUILD)/fuzz/$*.log)"
 	@start=$$(date +%s); \
 	ASAN_OPTIONS=detect_leaks=1 nice -n $(FUZZ_NICE) $(BUILD)/fuzz/fuzz_$* \
-	    -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) \
-	    -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix=csrc/fuzz/ \
+	    -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) $(FUZZ_ARGS_$*) \
+	    -reload=0 -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix=csrc/fuzz/ \
 	    $(BUILD)/fuzz/corpus-$* csrc/fuzz/corpus/$* > $(BUILD)/fuzz/$*.log 2>&1; \
 	rc=$$?; secs=$$(( $$(date +%s) - start )); \
 	grep -E '^#[0-9]+.*(DONE|cov:)' $(BUILD)/fuzz/$*.log | tail -n 1 || true; \

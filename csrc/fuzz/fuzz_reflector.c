@@ -15,13 +15,13 @@
  *   's' 200, ends after 0.2 s (short)     't' 200, no byte for idle_timeout
  *   'g' 410   'r' 429 Retry-After 1   'u' 503   'e' 500   'f' 403   'x' 504   other: as '2'
  * Its body is everything after X up to the next marker. Without a leading marker the first
- * response is a '2'. At most 24 responses. Each body is answered to whatever the reflector
+ * response is a '2'. At most 16 responses. Each body is answered to whatever the reflector
  * asks for (a list page or a watch), so a seed is "list body, then watch bodies".
  * Seeds: csrc/fuzz/corpus/reflector.
  *
  * Invariants checked (a violation aborts, so libFuzzer keeps the input):
  *   - the same requests, statuses, errors and FIFO deltas whether each body comes whole, in
- *     random chunks (each a separate heap copy) or, for inputs under 512 bytes, one byte
+ *     random chunks (each a separate heap copy) or, for inputs under 256 bytes, one byte
  *     at a time;
  *   - every failure is counted and leaves a clean message: non-empty, valid UTF-8, no control
  *     characters, starting with "list /..." or "watch /...", never holding the client's token;
@@ -58,7 +58,7 @@
 
 #define PATH "/api/v1/namespaces/fuzz/pods"
 #define TOKEN "fuzz-secret-token-7f3a"
-#define MAX_RESPONSES 24
+#define MAX_RESPONSES 16
 #define SMALL_MAX 300
 
 /* ---- small helpers ---- */
@@ -970,7 +970,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     run(opts, seed, rs, nr, 0, &a);
     run(opts, seed, rs, nr, 2, &b);
     same(&a, &b, "random chunks");
-    if (size < 512) {
+    if (size < 256) {
         run(opts, seed, rs, nr, 1, &c);
         same(&a, &c, "one-byte chunks");
     }
