@@ -5,6 +5,9 @@
 #   make fuzz-jsonscan            the streaming JSON scanner (csrc/fuzz/fuzz_jsonscan.c)
 #   make fuzz-reflector           the reflector's list / watch framing through its test seam
 #                                 (csrc/fuzz/fuzz_reflector.c)
+#   make fuzz-coverage            replays each target's corpora (no fuzzing) in a build with
+#                                 clang source coverage and prints the line / branch coverage
+#                                 of the core files it exercises (llvm-cov report)
 # Each runs over its seed corpus csrc/fuzz/corpus/<target> plus build/fuzz/corpus-<target> (new
 # inputs go there), writes crashes to csrc/fuzz/crash-*, logs to build/fuzz/<target>.log and
 # prints the executions, time and final coverage line. FUZZ_NICE (default 10) lowers the priority.
@@ -24,7 +27,7 @@ FUZZ_TARGETS  = jsonscan reflector
 FUZZ_ARGS_jsonscan  =
 FUZZ_ARGS_reflector = -max_len=2048
 
-.PHONY: fuzz $(FUZZ_TARGETS:%=fuzz-%)
+.PHONY: fuzz fuzz-coverage $(FUZZ_TARGETS:%=fuzz-%)
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 
@@ -57,5 +60,33 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
 	echo "$* fuzz: $${execs:-?} executions in $$secs s ($${rate:-?} exec/s), exit $$rc"; \
 	if [ $$rc -ne 0 ]; then grep -m1 -A30 'ERROR\|invariant' $(BUILD)/fuzz/$*.log; fi; \
 	exit $$rc
+
+# Coverage: the same targets built with -fprofile-instr-generate (no sanitizers), run once over
+# the seeds and what the fuzzer kept.
+FUZZ_COV_FLAGS = -O1 -g -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping
+FUZZ_COV_FILES_jsonscan  = csrc/jsonscan.c
+FUZZ_COV_FILES_reflector = csrc/reflector.c csrc/jsonscan.c csrc/delta_fifo.c csrc/object.c
+
+$(BUILD)/fuzz/cov_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/jsonscan.c csrc/jsonscan.h csrc/kinf.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS) -o $@ csrc/fuzz/fuzz_jsonscan.c \
+	    csrc/jsonscan.c csrc/kinf.c
+
+$(BUILD)/fuzz/cov_reflector: csrc/fuzz/fuzz_reflector.c $(wildcard csrc/*.c csrc/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS) -o $@ csrc/fuzz/fuzz_reflector.c \
+	    $(CORE_SRC) $(LIBS)
+
+fuzz-coverage: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(BUILD)/fuzz/corpus-$$t; rm -f $(BUILD)/fuzz/cov-$$t.profraw; \
+	    LLVM_PROFILE_FILE=$(BUILD)/fuzz/cov-$$t.profraw nice -n $(FUZZ_NICE) \
+	        $(BUILD)/fuzz/cov_$$t -runs=0 $(BUILD)/fuzz/corpus-$$t csrc/fuzz/corpus/$$t \
+	        > $(BUILD)/fuzz/cov-$$t.log 2>&1; \
+	    llvm-profdata merge -sparse -o $(BUILD)/fuzz/cov-$$t.profdata $(BUILD)/fuzz/cov-$$t.profraw; \
+	    echo "== $$t: $$(ls $(BUILD)/fuzz/corpus-$$t csrc/fuzz/corpus/$$t | wc -l) inputs"; \
+	    files="$(FUZZ_COV_FILES_jsonscan)"; [ $$t = reflector ] && files="$(FUZZ_COV_FILES_reflector)"; \
+	    llvm-cov report $(BUILD)/fuzz/cov_$$t -instr-profile=$(BUILD)/fuzz/cov-$$t.profdata $$files; \
+	done
 
 .DEFAULT_GOAL := $(_fuzz_saved_goal)

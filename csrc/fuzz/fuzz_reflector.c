@@ -13,7 +13,9 @@
  * of the rest or after a '\n'; X picks the status and the way the transfer ends:
  *   '2' 200, ends normally, lasted 5 s    'd' 200, connection dropped (CURLE_PARTIAL_FILE)
  *   's' 200, ends after 0.2 s (short)     't' 200, no byte for idle_timeout
- *   'g' 410   'r' 429 Retry-After 1   'u' 503   'e' 500   'f' 403   'x' 504   other: as '2'
+ *   'g' 410   'r' 429 Retry-After 1   'u' 503   'e' 500   'f' 403   'x' 504
+ *   'c' no response: connection refused   'i' no response: no header for idle_timeout
+ *   other: as '2'
  * Its body is everything after X up to the next marker. Without a leading marker the first
  * response is a '2'. At most 16 responses. Each body is answered to whatever the reflector
  * asks for (a list page or a watch), so a seed is "list body, then watch bodies".
@@ -824,6 +826,8 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
         case 'e': code = 500; break;
         case 'f': code = 403; break;
         case 'x': code = 504; break;
+        case 'c': code = 0; result = CURLE_COULDNT_CONNECT; lasted = 0.01; break;
+        case 'i': code = 0; result = CURLE_OPERATION_TIMEDOUT; lasted = 100; break;
         default: break;
         }
         kinf_reflector_status_get(r, &before);
@@ -908,7 +912,7 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
                     DIE("a failed watch was not reported");
             }
         } else if (st.errors == before.errors) {
-            DIE("HTTP %ld not reported", code);
+            DIE("HTTP %ld (0: no response) not reported", code);
         }
         model_free(&m);
         if (consumer)
