@@ -767,7 +767,9 @@ static void parse_errbody(kinf_reflector *r, kinf_status *st)
 static void list_done(kinf_reflector *r, CURLcode result)
 {
     kinf_status st;
-    int continuation = r->continue_token != NULL && !r->full_list && r->nitems > 0;
+    /* A continuation page failed (client-go's pager: Continue != "", whatever the earlier pages
+     * held: with selectors a page can be empty and still carry a token). */
+    int continuation = r->continue_token != NULL && !r->full_list;
 
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
         record_error(r, 0, NULL, "list %s: %s", r->path, r->xfer_msg);

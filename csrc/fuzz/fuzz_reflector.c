@@ -745,6 +745,7 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
     int consumer = (opts & 8) != 0;
     mset pages = {0}; /* list items of the pages so far (a list in progress) */
     char *want_continue = NULL;
+    int cont_expired = 0; /* a continuation page just expired: the next list is the full one */
     size_t want_continue_len = 0;
 
     if (consumer && (store = kinf_store_new(1, &err)) == NULL)
@@ -774,7 +775,7 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
         double retry = 0, lasted = 5;
         CURLcode result = CURLE_OK;
         size_t pos = 0;
-        int aborted = 0, initial;
+        int aborted = 0, initial, is_cont, full_list;
         char *param = NULL;
         size_t plen = 0;
         model m;
@@ -789,6 +790,13 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
         } else {
             DIE("no labelSelector in %s", q);
         }
+        is_cont = req == KINF_TEST_LIST && strstr(q, "&continue=") != NULL;
+        full_list = req == KINF_TEST_LIST && cont_expired;
+        cont_expired = 0;
+        /* The fallback after an expired continuation: one list without limit (client-go's pager
+         * FullListIfExpired), whose continue token, if any, is not followed. */
+        if (full_list && chunking == 0 && (strstr(q, "limit=") || strstr(q, "continue=")))
+            DIE("the full list after an expired continue token is paginated: %s", q);
         /* A continuation page asks for exactly the token of the page before, without rv. */
         if (want_continue != NULL) {
             if (req != KINF_TEST_LIST || !query_param(q, "continue", &param, &plen))
@@ -883,7 +891,7 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
                 if (me != KINF_OK || result != CURLE_OK) {
                     if (st.errors == before.errors)
                         DIE("a failed list page was not reported");
-                } else if (m.cont_len) {
+                } else if (m.cont_len && !full_list) {
                     if (st.errors != before.errors || st.lists != before.lists)
                         DIE("a good page with a continue token: error or list counted");
                     want_continue = dup_bytes(m.cont, m.cont_len);
@@ -913,6 +921,12 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
             }
         } else if (st.errors == before.errors) {
             DIE("HTTP %ld (0: no response) not reported", code);
+        }
+        if (is_cont && code != 0 && (code < 200 || code >= 300)) {
+            kinf_status es;
+            (void)kinf_status_parse(p->body, p->len, &es);
+            cont_expired = code == 410 || strcmp(es.reason, "Expired") == 0 ||
+                           strcmp(es.reason, "Gone") == 0;
         }
         model_free(&m);
         if (consumer)
