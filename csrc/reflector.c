@@ -14,6 +14,10 @@
  * List resourceVersion (relistResourceVersion): "" after a 410/too-large, "0" before the first
  * list, else the last synced rv. Pages carry limit=page_size when the rv is "" or "0" or the
  * server paginated before (client-go's pager rules); continuation pages carry no rv.
+ * Watch rv: every event that was applied advances it (a failed one does not). WatchList: the
+ * initial events build a temporary state (items + initial_keys: ADDED / MODIFIED set a key,
+ * DELETED removes it, as client-go's temporaryStore) that replaces the FIFO's content at the
+ * initial-events-end bookmark.
  * Backoff: initial 0.8 s, x2 per use, cap 30 s, jitter 1.0 (d + rand*d), reset after 2 minutes
  * without a use; Retry-After on 429/503 lengthens the wait to at least what the server asked.
  *
@@ -25,6 +29,10 @@
  * starts (no byte queued yet) and after kinf_pipe_flush (io_done) or kinf_pipe_cancel
  * (io_detach), whose mutex orders the accesses. While a transfer runs, the one thing the I/O
  * thread reads is the atomic scan_failed, to abort a transfer whose body is bad.
+ *
+ * Test mode (kinf_reflector_test_*, reflector.h): begin_transfer records the request instead of
+ * making it, and the test's bytes go through take_body and scan_chunk on its own thread; the
+ * rest (list_done, watch_done, the FIFO) is the code above, unchanged.
  */
 #include "reflector.h"
 
@@ -37,11 +45,14 @@
 #include <time.h>
 
 #include "jsonscan.h"
+#include "map.h"
 
 #define ERRBODY_MAX (64 * 1024)
 #define RECV_BUFFER (128L * 1024)
 #define VERY_SHORT_WATCH 1.0
 #define BACKOFF_RESET 120.0
+#define RV_SIZE KINF_REFLECTOR_RV_SIZE
+_Static_assert(RV_SIZE == KINF_SCAN_MAX_META + 1, "an rv the scanner accepts must fit");
 
 typedef enum { PH_IDLE, PH_WAIT, PH_LIST, PH_WATCH } phase_t;
 typedef enum { NEXT_LIST, NEXT_WATCH } next_t;
@@ -64,7 +75,8 @@ struct kinf_reflector {
     double due;
     CURL *easy;
     kinf_pipe *pipe;          /* the client's; immutable */
-    kinf_scanner *scanner;    /* [scan] */
+    kinf_scanner *scanner;    /* [scan] list_scanner or watch_scanner, for the transfer */
+    kinf_scanner *list_scanner, *watch_scanner; /* immutable; their state is [scan] */
     long http_code;           /* of the transfer in progress, 0 until headers arrive */
     double retry_after;
     char *errbody;            /* non-2xx body, bounded */
@@ -75,18 +87,19 @@ struct kinf_reflector {
     kinf_err pipe_err;        /* the body could not be queued (out of memory) */
     char xfer_msg[300];       /* transport failure of the finished transfer (client's words) */
 
-    /* list */
+    /* list (and the WatchList's initial state) */
     int reuse_known;          /* immutable: see list_record */
     kinf_object **items;      /* [scan] */
     size_t nitems, capitems;  /* [scan] */
-    char list_rv[256];        /* rv requested by the first page of this list */
-    char page_rv[256];        /* rv the server reported (on_list_end, after the flush) */
+    kinf_map initial_keys;    /* [scan] WatchList: key -> index + 1 in items */
+    char list_rv[RV_SIZE];    /* rv requested by the first page of this list */
+    char page_rv[RV_SIZE];    /* rv the server reported (on_list_end, after the flush) */
     char *continue_token;
     int full_list;            /* the continuation expired: one unpaginated list at list_rv */
     int paginated;            /* the server paginated a list before */
     int rv_unavailable;       /* next list with resourceVersion="" */
     int retried_unavailable;  /* the consistent-read retry was already made for this list */
-    char last_rv[256];        /* [scan] */
+    char last_rv[RV_SIZE];    /* [scan] */
 
     /* watch */
     double watch_started;
@@ -101,7 +114,15 @@ struct kinf_reflector {
     /* backoff */
     double backoff, backoff_used_at;
     uint64_t rng;
+
+    /* test seam (kinf_reflector_test_*): no client transfers, the test plays the server */
+    int test_mode;
+    char *test_query;         /* the request the reflector waits a response to */
 };
+
+static kinf_err on_list_item(void *ud, const kinf_scan_item *item);
+static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end);
+static kinf_err on_watch_item(void *ud, const kinf_scan_item *item);
 
 static double now_mono(void)
 {
@@ -159,14 +180,27 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     r->backoff_initial = cfg->backoff_initial > 0 ? cfg->backoff_initial : 0.8;
     r->backoff_max = cfg->backoff_max > 0 ? cfg->backoff_max : 30;
     r->backoff = r->backoff_initial;
+    kinf_map_init(&r->initial_keys);
     r->rng = (uint64_t)(uintptr_t)r ^ (uint64_t)(now_mono() * 1e9) ^ 0x9e3779b97f4a7c15ULL;
     if (r->rng == 0)
         r->rng = 1;
+    /* One scanner per kind of body, made once: begin_transfer resets the one it uses. */
     memset(&so, 0, sizeof(so));
+    so.on_item = on_list_item;
+    so.on_list_end = on_list_end;
+    so.ud = r;
+    so.flags = KINF_SCAN_INJECT_KIND | (r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u);
     so.max_object_bytes = r->max_object;
-    r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, err);
-    if (r->scanner == NULL)
+    r->list_scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, err);
+    memset(&so, 0, sizeof(so));
+    so.on_item = on_watch_item;
+    so.ud = r;
+    so.flags = r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u;
+    so.max_object_bytes = r->max_object;
+    r->watch_scanner = kinf_scanner_new(KINF_SCAN_WATCH, &so, err);
+    if (r->list_scanner == NULL || r->watch_scanner == NULL)
         goto nomem;
+    r->scanner = r->list_scanner;
     r->client = kinf_client_ref(client);
     r->pipe = kinf_client_pipe(client);
     r->fifo = kinf_fifo_ref(fifo);
@@ -176,6 +210,8 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     return r;
 nomem:
     if (r != NULL) {
+        kinf_scanner_free(r->list_scanner);
+        kinf_scanner_free(r->watch_scanner);
         free(r->path);
         free(r->label_selector);
         free(r->field_selector);
@@ -209,6 +245,52 @@ static void record_error(kinf_reflector *r, int code, const char *reason, const 
 #endif
     ;
 
+/* Makes s fit for a log line and status(), in place: control characters (C0, DEL, C1) become
+ * spaces, bytes that are not valid UTF-8 become '?', and a sequence cut by truncation at the
+ * end is dropped. Messages carry what the server sent (a Status message, an event type). */
+static void clean_text(char *s)
+{
+    unsigned char *in = (unsigned char *)s, *out = in;
+    while (*in) {
+        unsigned c = *in, need, cp, i;
+        if (c < 0x80) {
+            *out++ = (c < 0x20 || c == 0x7f) ? ' ' : (unsigned char)c;
+            in++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF)
+            need = 2, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4)
+            need = 3, cp = c & 0x07;
+        else
+            need = 0, cp = 0;
+        for (i = 1; need && i <= need; i++) {
+            if ((in[i] & 0xC0) != 0x80)
+                break;
+            cp = (cp << 6) | (in[i] & 0x3F);
+        }
+        if (need && i > need &&
+            !((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+              (cp >= 0xD800 && cp <= 0xDFFF))) {
+            if (cp < 0xA0) {
+                *out++ = ' '; /* C1 control */
+            } else {
+                memmove(out, in, need + 1);
+                out += need + 1;
+            }
+            in += need + 1;
+        } else if (need && in[i] == '\0' && i <= need) {
+            break; /* cut by truncation */
+        } else {
+            *out++ = '?';
+            in++;
+        }
+    }
+    *out = '\0';
+}
+
 static void record_error(kinf_reflector *r, int code, const char *reason, const char *fmt, ...)
 {
     va_list ap;
@@ -216,8 +298,10 @@ static void record_error(kinf_reflector *r, int code, const char *reason, const 
     va_start(ap, fmt);
     vsnprintf(r->st.last_error, sizeof(r->st.last_error), fmt, ap);
     va_end(ap);
+    clean_text(r->st.last_error);
     r->st.last_error_code = code;
     snprintf(r->st.last_error_reason, sizeof(r->st.last_error_reason), "%s", reason ? reason : "");
+    clean_text(r->st.last_error_reason);
     r->st.last_error_time = now_mono();
     r->st.errors++;
     pthread_mutex_unlock(&r->mu);
@@ -229,7 +313,9 @@ kinf_err kinf_reflector_start(kinf_reflector *r)
 {
     kinf_err err = KINF_OK;
     pthread_mutex_lock(&r->mu);
-    if (!r->attached) {
+    if (r->test_mode) {
+        err = KINF_EINVAL;
+    } else if (!r->attached) {
         /* The I/O thread does not know r yet: resetting its state here is race-free. */
         r->phase = PH_WAIT;
         r->next = NEXT_LIST;
@@ -268,6 +354,8 @@ void kinf_reflector_stop(kinf_reflector *r)
 
 static void drop_items(kinf_reflector *r)
 {
+    kinf_map_free(&r->initial_keys); /* before the records that own its keys */
+    kinf_map_init(&r->initial_keys);
     kinf_objects_free(r->items, r->nitems);
     r->items = NULL;
     r->nitems = r->capitems = 0;
@@ -281,7 +369,9 @@ void kinf_reflector_free(kinf_reflector *r)
     drop_items(r);
     free(r->continue_token);
     free(r->errbody);
-    kinf_scanner_free(r->scanner);
+    free(r->test_query);
+    kinf_scanner_free(r->list_scanner);
+    kinf_scanner_free(r->watch_scanner);
     kinf_fifo_unref(r->fifo);
     kinf_client_unref(r->client);
     free(r->path);
@@ -318,25 +408,66 @@ static void schedule_now(kinf_reflector *r, next_t next)
     r->due = 0;
 }
 
-/* Appends key=percent-encoded(value) to buf. */
-static void add_param(char *buf, size_t cap, const char *key, const char *value)
+/* An rv as the reflector keeps it: it fits the buffers (the scanner caps it at
+ * KINF_SCAN_MAX_META) and holds no NUL (it goes into a query string and status()). */
+static int rv_ok(kinf_str rv)
+{
+    return rv.len < RV_SIZE && memchr(rv.ptr, '\0', rv.len) == NULL;
+}
+
+/* A request's path and query, grown as parameters are added (a continue token of 8 KiB, or
+ * long selectors, are never cut). An allocation failure is remembered: q.s is then NULL. */
+typedef struct query {
+    char *s;
+    size_t len, cap;
+} query;
+
+static void q_append(query *q, const char *bytes, size_t n)
+{
+    if (q->s == NULL)
+        return;
+    if (q->len + n + 1 > q->cap) {
+        size_t cap = q->cap * 2 > q->len + n + 1 ? q->cap * 2 : q->len + n + 1;
+        char *grown = realloc(q->s, cap);
+        if (grown == NULL) {
+            free(q->s);
+            q->s = NULL;
+            return;
+        }
+        q->s = grown;
+        q->cap = cap;
+    }
+    memcpy(q->s + q->len, bytes, n);
+    q->len += n;
+    q->s[q->len] = '\0';
+}
+
+static void q_init(query *q, const char *path)
+{
+    q->len = 0;
+    q->cap = strlen(path) + 256;
+    q->s = malloc(q->cap);
+    if (q->s != NULL)
+        q->s[0] = '\0';
+    q_append(q, path, strlen(path));
+}
+
+/* Appends ?key=value or &key=value, the value percent-encoded (all but RFC 3986 unreserved). */
+static void q_param(query *q, const char *key, const char *value)
 {
     static const char hex[] = "0123456789ABCDEF";
-    size_t n = strlen(buf);
-    if (n + strlen(key) + 3 >= cap)
-        return;
-    n += (size_t)snprintf(buf + n, cap - n, "%c%s=", strchr(buf, '?') ? '&' : '?', key);
-    for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < cap; p++) {
+    q_append(q, q->s && strchr(q->s, '?') ? "&" : "?", 1);
+    q_append(q, key, strlen(key));
+    q_append(q, "=", 1);
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '-' || *p == '_' || *p == '.' || *p == '~') {
-            buf[n++] = (char)*p;
+            q_append(q, (const char *)p, 1);
         } else {
-            buf[n++] = '%';
-            buf[n++] = hex[*p >> 4];
-            buf[n++] = hex[*p & 15];
+            char esc[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+            q_append(q, esc, 3);
         }
     }
-    buf[n] = '\0';
 }
 
 static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
@@ -378,14 +509,13 @@ static void scan_chunk(void *target, const char *buf, size_t len)
     }
 }
 
-static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+/* The next bytes of the response in progress (http_code known): a non-2xx body is kept, bounded,
+ * for its Status; a 2xx body goes to the scanner thread (in test mode it is scanned at once).
+ * Returns len, or 0 to abort the transfer (the body already failed, or it could not be queued). */
+static size_t take_body(kinf_reflector *r, const char *data, size_t len)
 {
-    kinf_reflector *r = ud;
-    size_t len = size * nmemb;
     kinf_err err;
 
-    if (r->http_code == 0)
-        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http_code);
     pthread_mutex_lock(&r->mu);
     r->st.bytes += len;
     pthread_mutex_unlock(&r->mu);
@@ -403,6 +533,10 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
      * the next chunk (or the transfer ends first: io_done waits for the scan either way). */
     if (atomic_load_explicit(&r->scan_failed, memory_order_relaxed))
         return 0;
+    if (r->test_mode) {
+        scan_chunk(r, data, len);
+        return len;
+    }
     err = kinf_pipe_write(r->pipe, scan_chunk, r, data, len);
     if (err != KINF_OK) {
         r->pipe_err = err;
@@ -411,13 +545,33 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     return len;
 }
 
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    kinf_reflector *r = ud;
+    if (r->http_code == 0)
+        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http_code);
+    return take_body(r, data, size * nmemb);
+}
+
 static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_scan_mode mode)
 {
     char msg[512];
-    CURL *easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
-    if (easy == NULL) {
-        record_error(r, 0, NULL, "%s", msg);
-        return KINF_ENOMEM;
+    CURL *easy = NULL;
+
+    if (r->test_mode) {
+        char *q = strdup(path_query);
+        if (q == NULL) {
+            record_error(r, 0, NULL, "out of memory");
+            return KINF_ENOMEM;
+        }
+        free(r->test_query);
+        r->test_query = q;
+    } else {
+        easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
+        if (easy == NULL) {
+            record_error(r, 0, NULL, "%s", msg);
+            return KINF_ENOMEM;
+        }
     }
     kinf_scanner_reset(r->scanner, mode);
     r->http_code = 0;
@@ -432,6 +586,8 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
     r->pub_any = 0;
     r->pipe_err = KINF_OK;
     atomic_store_explicit(&r->scan_failed, 0, memory_order_relaxed);
+    if (r->test_mode)
+        return KINF_OK; /* the test plays the response (kinf_reflector_test_response) */
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
     /* Fewer, larger reads: a big list arrives in 128 KiB pieces instead of 16 KiB ones. */
@@ -518,8 +674,13 @@ static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end)
                  end->status ? end->status->message : "");
         return KINF_EPARSE;
     }
-    snprintf(r->page_rv, sizeof(r->page_rv), "%.*s", (int)end->resource_version.len,
-             end->resource_version.ptr);
+    if (!rv_ok(end->resource_version) || memchr(end->continue_.ptr, '\0', end->continue_.len)) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg),
+                 "list metadata.resourceVersion or continue holds a NUL byte");
+        return KINF_EPARSE;
+    }
+    memcpy(r->page_rv, end->resource_version.ptr, end->resource_version.len);
+    r->page_rv[end->resource_version.len] = '\0';
     free(r->continue_token);
     r->continue_token = NULL;
     if (end->continue_.len) {
@@ -532,20 +693,36 @@ static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end)
     return KINF_OK;
 }
 
-static void add_selectors(kinf_reflector *r, char *q, size_t cap)
+/* The path and the selectors every request carries. */
+static void q_start(query *q, const kinf_reflector *r)
 {
+    q_init(q, r->path);
     if (r->label_selector)
-        add_param(q, cap, "labelSelector", r->label_selector);
+        q_param(q, "labelSelector", r->label_selector);
     if (r->field_selector)
-        add_param(q, cap, "fieldSelector", r->field_selector);
+        q_param(q, "fieldSelector", r->field_selector);
+}
+
+/* begin_transfer for a built query (which it frees); KINF_ENOMEM when building it failed. */
+static kinf_err begin_query(kinf_reflector *r, query *q, kinf_scan_mode mode)
+{
+    kinf_err err;
+    if (q->s == NULL) {
+        record_error(r, 0, NULL, "%s %s: out of memory", mode == KINF_SCAN_LIST ? "list" : "watch",
+                     r->path);
+        return KINF_ENOMEM;
+    }
+    err = begin_transfer(r, q->s, mode);
+    free(q->s);
+    q->s = NULL;
+    return err;
 }
 
 /* The first page of a list (or the unpaginated fallback). */
 static void start_list(kinf_reflector *r)
 {
-    char q[4096];
+    query q;
     char limit[32];
-    kinf_scan_options so;
     const char *rv;
 
     drop_items(r);
@@ -555,47 +732,31 @@ static void start_list(kinf_reflector *r)
         rv = r->rv_unavailable ? "" : (r->last_rv[0] ? r->last_rv : "0");
         snprintf(r->list_rv, sizeof(r->list_rv), "%s", rv);
     }
-    memset(&so, 0, sizeof(so));
-    so.on_item = on_list_item;
-    so.on_list_end = on_list_end;
-    so.ud = r;
-    so.flags = KINF_SCAN_INJECT_KIND | (r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u);
-    so.max_object_bytes = r->max_object;
-    kinf_scanner_free(r->scanner);
-    {
-        kinf_err err;
-        r->scanner = kinf_scanner_new(KINF_SCAN_LIST, &so, &err);
-        if (r->scanner == NULL) {
-            record_error(r, 0, NULL, "out of memory");
-            schedule_backoff(r, NEXT_LIST, 0);
-            return;
-        }
-    }
-    snprintf(q, sizeof(q), "%s", r->path);
-    add_selectors(r, q, sizeof(q));
+    r->scanner = r->list_scanner;
+    q_start(&q, r);
     if (r->list_rv[0] || r->full_list)
-        add_param(q, sizeof(q), "resourceVersion", r->list_rv);
+        q_param(&q, "resourceVersion", r->list_rv);
     if (!r->full_list &&
         (r->paginated || r->list_rv[0] == '\0' || strcmp(r->list_rv, "0") == 0)) {
         snprintf(limit, sizeof(limit), "%zu", r->page_size);
-        add_param(q, sizeof(q), "limit", limit);
+        q_param(&q, "limit", limit);
     }
     r->phase = PH_LIST;
     set_phase(r, "listing");
-    if (begin_transfer(r, q, KINF_SCAN_LIST) != KINF_OK)
+    if (begin_query(r, &q, KINF_SCAN_LIST) != KINF_OK)
         schedule_backoff(r, NEXT_LIST, 0);
 }
 
 static void next_page(kinf_reflector *r)
 {
-    char q[12288], limit[32];
-    snprintf(q, sizeof(q), "%s", r->path);
-    add_selectors(r, q, sizeof(q));
+    query q;
+    char limit[32];
+    q_start(&q, r);
     snprintf(limit, sizeof(limit), "%zu", r->page_size);
-    add_param(q, sizeof(q), "limit", limit);
-    add_param(q, sizeof(q), "continue", r->continue_token);
+    q_param(&q, "limit", limit);
+    q_param(&q, "continue", r->continue_token);
     r->paginated = 1;
-    if (begin_transfer(r, q, KINF_SCAN_LIST) != KINF_OK)
+    if (begin_query(r, &q, KINF_SCAN_LIST) != KINF_OK)
         schedule_backoff(r, NEXT_LIST, 0);
 }
 
@@ -641,7 +802,9 @@ static void parse_errbody(kinf_reflector *r, kinf_status *st)
 static void list_done(kinf_reflector *r, CURLcode result)
 {
     kinf_status st;
-    int continuation = r->continue_token != NULL && !r->full_list && r->nitems > 0;
+    /* A continuation page failed (client-go's pager: Continue != "", whatever the earlier pages
+     * held: with selectors a page can be empty and still carry a token). */
+    int continuation = r->continue_token != NULL && !r->full_list;
 
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
         record_error(r, 0, NULL, "list %s: %s", r->path, r->xfer_msg);
@@ -721,6 +884,57 @@ static int rv_compare(const char *a, size_t alen, const char *b, size_t blen)
     return c < 0 ? -1 : c > 0;
 }
 
+static void set_last_rv(kinf_reflector *r, kinf_str rv)
+{
+    if (rv.len == 0)
+        return;
+    memcpy(r->last_rv, rv.ptr, rv.len);
+    r->last_rv[rv.len] = '\0';
+}
+
+/* WatchList: an event of the initial state goes to the temporary state (items + initial_keys,
+ * client-go's temporaryStore), which replaces the FIFO's content at the end bookmark. */
+static kinf_err initial_event(kinf_reflector *r, kinf_event_type type, kinf_object *obj)
+{
+    kinf_map_slot *slot = kinf_map_find(&r->initial_keys, obj->key, obj->key_len);
+    size_t i;
+
+    if (type == KINF_EV_DELETED) {
+        if (slot == NULL)
+            return KINF_OK;
+        i = (size_t)(uintptr_t)slot->value - 1;
+        kinf_map_remove(&r->initial_keys, obj->key, obj->key_len);
+        kinf_object_unref(r->items[i]);
+        if (i != --r->nitems) {
+            r->items[i] = r->items[r->nitems];
+            slot = kinf_map_find(&r->initial_keys, r->items[i]->key, r->items[i]->key_len);
+            slot->value = (void *)(uintptr_t)(i + 1);
+        }
+        return KINF_OK;
+    }
+    if (slot != NULL) {
+        /* ADDED or MODIFIED of a key already there: the newer object replaces it. */
+        i = (size_t)(uintptr_t)slot->value - 1;
+        slot->key = kinf_object_ref(obj)->key; /* the old record, owner of the key, goes */
+        kinf_object_unref(r->items[i]);
+        r->items[i] = obj;
+        return KINF_OK;
+    }
+    if (r->nitems == r->capitems) {
+        size_t cap = r->capitems ? r->capitems * 2 : 512;
+        kinf_object **grown = realloc(r->items, cap * sizeof(*grown));
+        if (grown == NULL)
+            return KINF_ENOMEM;
+        r->items = grown;
+        r->capitems = cap;
+    }
+    if (kinf_map_put(&r->initial_keys, obj->key, obj->key_len,
+                     (void *)(uintptr_t)(r->nitems + 1)) != KINF_OK)
+        return KINF_ENOMEM;
+    r->items[r->nitems++] = kinf_object_ref(obj);
+    return KINF_OK;
+}
+
 static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
 {
     kinf_reflector *r = ud;
@@ -733,6 +947,11 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
         r->ev_error = 1;
         snprintf(r->scan_msg, sizeof(r->scan_msg), "watch error event");
         return KINF_EIO; /* stop: the watch is over */
+    }
+    if (!rv_ok(item->meta.resource_version)) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "%s event: resourceVersion holds a NUL byte",
+                 kinf_event_type_name(item->type));
+        return KINF_EPARSE;
     }
     if (!r->initial_phase) {
         /* A watch delivers every change once, in resourceVersion order (the initial events of a
@@ -763,23 +982,24 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             return KINF_EPARSE;
         }
     }
-    if (item->meta.resource_version.len && item->meta.resource_version.len < sizeof(r->last_rv)) {
-        memcpy(r->last_rv, item->meta.resource_version.ptr, item->meta.resource_version.len);
-        r->last_rv[item->meta.resource_version.len] = '\0';
-    }
+    /* The rv advances only with an event that was applied (client-go: after the store call). */
     if (item->type == KINF_EV_BOOKMARK) {
+        set_last_rv(r, item->meta.resource_version);
         if (r->initial_phase && item->initial_events_end) {
             /* WatchList: the initial state is complete. */
             err = kinf_fifo_replace(r->fifo, r->items, r->nitems, r->last_rv);
             drop_items(r);
             r->initial_phase = 0;
-            if (err == KINF_OK) {
-                pthread_mutex_lock(&r->mu);
-                if (r->st.lists++ > 0)
-                    r->st.relists++;
-                r->st.listed = 1;
-                pthread_mutex_unlock(&r->mu);
+            if (err != KINF_OK) {
+                snprintf(r->scan_msg, sizeof(r->scan_msg),
+                         "replacing the queue's content failed: %s", kinf_strerror(err));
+                return err;
             }
+            pthread_mutex_lock(&r->mu);
+            if (r->st.lists++ > 0)
+                r->st.relists++;
+            r->st.listed = 1;
+            pthread_mutex_unlock(&r->mu);
         }
     } else {
         if (item->meta.name.len == 0) {
@@ -793,29 +1013,18 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             obj = kinf_object_new(item->json, item->json_len, &item->meta, &err);
         if (obj == NULL)
             return err;
-        if (r->initial_phase && item->type == KINF_EV_ADDED) {
-            if (r->nitems == r->capitems) {
-                size_t cap = r->capitems ? r->capitems * 2 : 512;
-                kinf_object **grown = realloc(r->items, cap * sizeof(*grown));
-                if (grown == NULL) {
-                    kinf_object_unref(obj);
-                    return KINF_ENOMEM;
-                }
-                r->items = grown;
-                r->capitems = cap;
-            }
-            r->items[r->nitems++] = obj;
-            obj = NULL;
-        } else if (item->type == KINF_EV_ADDED) {
+        if (r->initial_phase)
+            err = initial_event(r, item->type, obj);
+        else if (item->type == KINF_EV_ADDED)
             err = kinf_fifo_add(r->fifo, obj);
-        } else if (item->type == KINF_EV_MODIFIED) {
+        else if (item->type == KINF_EV_MODIFIED)
             err = kinf_fifo_update(r->fifo, obj);
-        } else {
+        else
             err = kinf_fifo_delete(r->fifo, obj);
-        }
         kinf_object_unref(obj);
         if (err != KINF_OK)
             return err;
+        set_last_rv(r, item->meta.resource_version);
     }
     r->watch_events++;
     /* st.events, last_event_time and resource_version are published by scan_chunk. */
@@ -827,38 +1036,25 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
 
 static void start_watch(kinf_reflector *r)
 {
-    char q[4096], timeout[32];
-    kinf_scan_options so;
-    kinf_err err;
+    query q;
+    char timeout[32];
     int watch_list = r->watch_list && !r->watch_list_failed && !r->st.listed;
 
-    memset(&so, 0, sizeof(so));
-    so.on_item = on_watch_item;
-    so.ud = r;
-    so.flags = r->strip ? KINF_SCAN_STRIP_MANAGED_FIELDS : 0u;
-    so.max_object_bytes = r->max_object;
-    kinf_scanner_free(r->scanner);
-    r->scanner = kinf_scanner_new(KINF_SCAN_WATCH, &so, &err);
-    if (r->scanner == NULL) {
-        record_error(r, 0, NULL, "out of memory");
-        schedule_backoff(r, NEXT_WATCH, 0);
-        return;
-    }
-    snprintf(q, sizeof(q), "%s", r->path);
-    add_selectors(r, q, sizeof(q));
-    add_param(q, sizeof(q), "watch", "true");
+    r->scanner = r->watch_scanner;
+    q_start(&q, r);
+    q_param(&q, "watch", "true");
     if (watch_list) {
-        add_param(q, sizeof(q), "sendInitialEvents", "true");
-        add_param(q, sizeof(q), "resourceVersionMatch", "NotOlderThan");
+        q_param(&q, "sendInitialEvents", "true");
+        q_param(&q, "resourceVersionMatch", "NotOlderThan");
         if (r->last_rv[0])
-            add_param(q, sizeof(q), "resourceVersion", r->last_rv);
+            q_param(&q, "resourceVersion", r->last_rv);
     } else {
-        add_param(q, sizeof(q), "resourceVersion", r->last_rv);
+        q_param(&q, "resourceVersion", r->last_rv);
     }
-    add_param(q, sizeof(q), "allowWatchBookmarks", "true");
+    q_param(&q, "allowWatchBookmarks", "true");
     snprintf(timeout, sizeof(timeout), "%ld",
              (long)(r->watch_timeout + rand01(r) * r->watch_timeout));
-    add_param(q, sizeof(q), "timeoutSeconds", timeout);
+    q_param(&q, "timeoutSeconds", timeout);
     r->initial_phase = watch_list;
     drop_items(r);
     r->watch_started = now_mono();
@@ -868,7 +1064,7 @@ static void start_watch(kinf_reflector *r)
     r->st.watches++;
     r->st.phase = watch_list ? "listing" : "watching";
     pthread_mutex_unlock(&r->mu);
-    if (begin_transfer(r, q, KINF_SCAN_WATCH) != KINF_OK)
+    if (begin_query(r, &q, KINF_SCAN_WATCH) != KINF_OK)
         schedule_backoff(r, NEXT_WATCH, 0);
 }
 
@@ -976,9 +1172,21 @@ double kinf_reflector_io_tick(kinf_reflector *r, double now)
     return now + 1.0;
 }
 
+/* The transfer in progress ended with `result`; its whole body has been scanned. */
+static void transfer_done(kinf_reflector *r, CURLcode result)
+{
+    if (r->pipe_err != KINF_OK && r->scan_err == KINF_OK) {
+        r->scan_err = r->pipe_err;
+        snprintf(r->scan_msg, sizeof(r->scan_msg), "out of memory queueing the response body");
+    }
+    if (r->phase == PH_LIST)
+        list_done(r, result);
+    else if (r->phase == PH_WATCH)
+        watch_done(r, result);
+}
+
 void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
 {
-    phase_t phase = r->phase;
     if (r->http_code == 0)
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_code);
     r->xfer_msg[0] = '\0';
@@ -988,14 +1196,7 @@ void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
     r->easy = NULL;
     /* The body's last bytes may still be queued: the [scan] fields are ours after this. */
     kinf_pipe_flush(r->pipe, r);
-    if (r->pipe_err != KINF_OK && r->scan_err == KINF_OK) {
-        r->scan_err = r->pipe_err;
-        snprintf(r->scan_msg, sizeof(r->scan_msg), "out of memory queueing the response body");
-    }
-    if (phase == PH_LIST)
-        list_done(r, result);
-    else if (phase == PH_WATCH)
-        watch_done(r, result);
+    transfer_done(r, result);
 }
 
 void kinf_reflector_io_detach(kinf_reflector *r)
@@ -1005,4 +1206,61 @@ void kinf_reflector_io_detach(kinf_reflector *r)
     kinf_pipe_cancel(r->pipe, r); /* the [scan] fields are ours after this */
     drop_items(r);
     r->phase = PH_IDLE;
+}
+
+/* ---- test seam (reflector.h) ---- */
+
+kinf_err kinf_reflector_test_start(kinf_reflector *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->attached || r->test_mode) {
+        pthread_mutex_unlock(&r->mu);
+        return KINF_EINVAL;
+    }
+    r->test_mode = 1;
+    r->phase = PH_WAIT;
+    r->next = NEXT_LIST;
+    r->due = 0;
+    r->st.running = 1;
+    r->st.phase = "listing";
+    pthread_mutex_unlock(&r->mu);
+    return KINF_OK;
+}
+
+kinf_reflector_test_req kinf_reflector_test_request(kinf_reflector *r, const char **path_query)
+{
+    *path_query = NULL;
+    if (!r->test_mode)
+        return KINF_TEST_NONE;
+    if (r->phase == PH_WAIT) {
+        double now = now_mono();
+        (void)kinf_reflector_io_tick(r, r->due > now ? r->due : now);
+    }
+    if (r->phase != PH_LIST && r->phase != PH_WATCH)
+        return KINF_TEST_NONE;
+    *path_query = r->test_query;
+    return r->phase == PH_LIST ? KINF_TEST_LIST : KINF_TEST_WATCH;
+}
+
+void kinf_reflector_test_response(kinf_reflector *r, long http_code, double retry_after)
+{
+    r->http_code = http_code;
+    r->retry_after = retry_after;
+}
+
+size_t kinf_reflector_test_body(kinf_reflector *r, const char *buf, size_t len)
+{
+    if (!r->test_mode || (r->phase != PH_LIST && r->phase != PH_WATCH))
+        return 0;
+    return take_body(r, buf, len);
+}
+
+void kinf_reflector_test_end(kinf_reflector *r, CURLcode result, double lasted)
+{
+    if (!r->test_mode)
+        return;
+    snprintf(r->xfer_msg, sizeof(r->xfer_msg), "%s",
+             result != CURLE_OK ? curl_easy_strerror(result) : "");
+    r->watch_started = now_mono() - lasted;
+    transfer_done(r, result);
 }

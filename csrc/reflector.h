@@ -28,6 +28,9 @@
 #include "delta_fifo.h"
 #include "kinf.h"
 
+/* Room for any resourceVersion the scanner accepts (KINF_SCAN_MAX_META bytes) and its NUL. */
+#define KINF_REFLECTOR_RV_SIZE 1025
+
 typedef struct kinf_reflector_config {
     const char *path;              /* "/api/v1/namespaces/default/pods" (no query) */
     const char *label_selector;    /* NULL or "" for none */
@@ -50,7 +53,8 @@ typedef struct kinf_reflector_status {
     int running;                   /* attached to the I/O thread */
     int listed;                    /* a list (or WatchList) has completed at least once */
     const char *phase;             /* "stopped", "listing", "watching", "backoff" (static) */
-    char resource_version[256];    /* last_sync_resource_version ("" before the first list) */
+    char resource_version[KINF_REFLECTOR_RV_SIZE]; /* last_sync_resource_version ("" before the
+                                                      first list) */
     char last_error[512];          /* "" when none yet */
     int last_error_code;           /* HTTP status of the last error, 0 for transport errors */
     char last_error_reason[128];   /* Status reason ("Expired", "Forbidden", ...) or "" */
@@ -80,5 +84,42 @@ double kinf_reflector_io_tick(kinf_reflector *r, double now);
 void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result);
 /* r is being detached: abort its transfer, drop partial state. */
 void kinf_reflector_io_detach(kinf_reflector *r);
+
+/*
+ * Test seam: the reflector's handling of responses without libcurl, the I/O thread or the pipe,
+ * for C tests and the fuzzer (csrc/fuzz/fuzz_reflector.c); not for production use. The test
+ * plays the API server, one response at a time, on one thread:
+ *
+ *   kinf_reflector_test_start(r)      instead of start(): r must never have been started; it
+ *                                     then never makes a transfer and start() refuses it
+ *                                     (KINF_EINVAL). The client is never asked for anything.
+ *   kinf_reflector_test_request(r, &q) the request r now waits a response to: KINF_TEST_LIST
+ *                                     (a list page) or KINF_TEST_WATCH, *q its path and query
+ *                                     (valid until the next call). If r is waiting (backoff, an
+ *                                     immediate retry), the wait ends first as if its time had
+ *                                     come. KINF_TEST_NONE (q NULL) when r has nothing to ask.
+ *   kinf_reflector_test_response(r, code, retry_after)  the response's status and Retry-After.
+ *   kinf_reflector_test_body(r, buf, len)  the next body bytes, taken exactly as the write
+ *                                     callback takes them, except that a 2xx body is scanned on
+ *                                     the calling thread at once (events reach the FIFO before
+ *                                     the call returns). Returns len, or 0 where libcurl would
+ *                                     be told to abort (the body already failed): then end
+ *                                     with CURLE_WRITE_ERROR as libcurl would.
+ *   kinf_reflector_test_end(r, result, lasted)  the transfer ended with `result` (CURLE_OK; a
+ *                                     dropped connection is e.g. CURLE_PARTIAL_FILE), `lasted`
+ *                                     seconds after it started: the list / watch rules run as
+ *                                     in kinf_reflector_io_done (FIFO replace, status, errors,
+ *                                     the next request or a backoff).
+ *
+ * status_get, the FIFO and free work as usual. The caller keeps the sequence: request, response,
+ * body bytes, end; body and end outside a request do nothing.
+ */
+typedef enum { KINF_TEST_NONE, KINF_TEST_LIST, KINF_TEST_WATCH } kinf_reflector_test_req;
+
+kinf_err kinf_reflector_test_start(kinf_reflector *r);
+kinf_reflector_test_req kinf_reflector_test_request(kinf_reflector *r, const char **path_query);
+void kinf_reflector_test_response(kinf_reflector *r, long http_code, double retry_after);
+size_t kinf_reflector_test_body(kinf_reflector *r, const char *buf, size_t len);
+void kinf_reflector_test_end(kinf_reflector *r, CURLcode result, double lasted);
 
 #endif

@@ -248,7 +248,7 @@ contexts: [{name: c, context: {cluster: k, user: u}}, {name: nok, context: {clus
                    load_text(base, { context = "nok" }))
       assert.equal('context "nou" refers to user "gone", which is not defined in kubeconfig DIR/config',
                    load_text(base, { context = "nou" }))
-      assert.equal('context "nocl" has no cluster', load_text(base, { context = "nocl" }))
+      assert.equal('kubeconfig DIR/config: context "nocl" has no cluster', load_text(base, { context = "nocl" }))
       assert.equal("kubeconfig DIR/config: YAML syntax error at line 3, column 7: mapping values "
         .. "are not allowed in this context", load_text("clusters:\n- name: a\n   bad: s3cr3t\nusers: []\n"))
       assert.equal("kubeconfig DIR/config: YAML syntax error at line 2, column 1: found character "
@@ -260,27 +260,27 @@ contexts: [{name: c, context: {cluster: k, user: u}}, {name: nok, context: {clus
       assert.equal('kubeconfig DIR/config: duplicate user name "u"',
                    load_text("users: [{name: u, user: {}}, {name: u, user: {token: s3cr3t}}]\n"))
       assert.equal("kubeconfig DIR/config: clusters[1] has no name", load_text("clusters: [{cluster: {}}]\n"))
-      assert.equal('user "u": client-key-data is not valid base64', load_text(base:gsub("token: s3cr3t",
+      assert.equal('kubeconfig DIR/config: user "u": client-key-data is not valid base64', load_text(base:gsub("token: s3cr3t",
         "client-certificate-data: " .. b64("c") .. ", client-key-data: s3cr3t!!")))
-      assert.equal('user "u": client-certificate without client-key', load_text(base:gsub("token: s3cr3t",
+      assert.equal('kubeconfig DIR/config: user "u": client-certificate without client-key', load_text(base:gsub("token: s3cr3t",
         "client-certificate: /c.pem")))
-      assert.equal('user "u": username/password and a bearer token cannot both be set',
+      assert.equal('kubeconfig DIR/config: user "u": username/password and a bearer token cannot both be set',
                    load_text(base:gsub("token: s3cr3t", "token: s3cr3t, username: a, password: s3cr3t")))
-      assert.equal('user "u": auth-provider "oidc" is not supported (use an exec credential plugin)',
+      assert.equal('kubeconfig DIR/config: user "u": auth-provider "oidc" is not supported (use an exec credential plugin)',
                    load_text(base:gsub("token: s3cr3t", "auth-provider: {name: oidc, config: {id-token: s3cr3t}}")))
-      assert.equal('user "u": impersonation (as) is not supported', load_text(base:gsub("token: s3cr3t",
+      assert.equal('kubeconfig DIR/config: user "u": impersonation (as) is not supported', load_text(base:gsub("token: s3cr3t",
         "token: s3cr3t, as: admin")))
-      assert.equal('user "u": exec interactiveMode Always is not supported (kinformer runs plugins '
+      assert.equal('kubeconfig DIR/config: user "u": exec interactiveMode Always is not supported (kinformer runs plugins '
         .. 'without a terminal)', load_text(base:gsub("token: s3cr3t",
         "exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}")))
-      assert.equal('user "u": exec apiVersion "client.authentication.k8s.io/v1alpha1" is not supported '
+      assert.equal('kubeconfig DIR/config: user "u": exec apiVersion "client.authentication.k8s.io/v1alpha1" is not supported '
         .. '(use client.authentication.k8s.io/v1 or client.authentication.k8s.io/v1beta1)',
         load_text(base:gsub("token: s3cr3t", "exec: {apiVersion: client.authentication.k8s.io/v1alpha1, command: x}")))
-      assert.equal('cluster "k" has no server', load_text(base:gsub('server: "https://k"', 'server: ""')))
-      assert.equal('cluster "k": insecure-skip-tls-verify cannot be combined with a certificate '
+      assert.equal('kubeconfig DIR/config: cluster "k" has no server', load_text(base:gsub('server: "https://k"', 'server: ""')))
+      assert.equal('kubeconfig DIR/config: cluster "k": insecure-skip-tls-verify cannot be combined with a certificate '
         .. 'authority (client-go refuses it too)', load_text(base:gsub('server: "https://k"',
         'server: "https://k", insecure-skip-tls-verify: true, certificate-authority: /ca')))
-      assert.equal('user "u": token must be a string', load_text(base:gsub("token: s3cr3t", "token: yes")))
+      assert.equal('kubeconfig DIR/config: user "u": token must be a string', load_text(base:gsub("token: s3cr3t", "token: yes")))
       local o, err = config.load{ kubeconfig = dir .. "/missing" }
       assert.is_nil(o)
       assert.equal("kubeconfig " .. dir .. "/missing: No such file or directory", err)
@@ -289,6 +289,52 @@ contexts: [{name: c, context: {cluster: k, user: u}}, {name: nok, context: {clus
       assert.is_nil(o)
       assert.equal("kubeconfig " .. dir .. "/empty has no current-context (contexts: none); pass "
         .. "context = NAME", err)
+    end)
+
+    -- Found by spec/config_mutation_spec.lua: an alias cycle raised "stack overflow", an alias
+    -- bomb ran for minutes, a long or multi-line name made a huge error.
+    it("survives YAML aliases, long names and bytes YAML forbids", function()
+      local function load_text(text, opts)
+        local kc = write(dir .. "/config", text)
+        opts = opts or {}
+        opts.kubeconfig = kc
+        local o, err = config.load(opts)
+        return o, err and (err:gsub(dir, "DIR"))
+      end
+      local base = [[
+current-context: c
+clusters:
+- name: k
+  cluster:
+    server: https://k
+    extensions: [{name: client.authentication.k8s.io/exec, extension: EXT}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: x, provideClusterInfo: true}}}]
+contexts: [{name: c, context: {cluster: k, user: u}}]
+]]
+      -- a cycle: each table is visited once, and the plugin cannot be given it as JSON
+      local o, err = load_text("cyc: &a [1, *a]\n" .. base:gsub("EXT", "*a"))
+      assert.is_nil(o)
+      assert.matches('^kubeconfig DIR/config: user "u": exec provideClusterInfo: the cluster\'s exec '
+        .. 'extension is too large %(over 10000 values, counting each use of an alias%)$', err)
+      -- a bomb: 4^30 values in 31 lines
+      local bomb = "b0: &b0 [x, x]\n"
+      for i = 1, 30 do bomb = bomb .. ("b%d: &b%d [*b%d, *b%d, *b%d, *b%d]\n"):format(i, i, i - 1, i - 1, i - 1, i - 1) end
+      o, err = load_text(bomb .. base:gsub("EXT", "*b30"))
+      assert.is_nil(o)
+      assert.matches("too large", err)
+      o = assert(load_text(bomb .. base:gsub("EXT", "*b3"))) -- 4^3 * 2 values: fine
+      assert.matches('"config":%[%[%[%["x","x"%]', o.exec.env[1])
+      -- an unused bomb costs nothing
+      assert(load_text(bomb .. base:gsub("EXT", "{}")))
+      -- names: escaped and cut at 64 bytes
+      o, err = load_text(base, { context = "a\nb" .. ("\u{4e2d}"):rep(40) })
+      assert.is_nil(o)
+      assert.equal('context "a\\x0ab' .. ("\u{4e2d}"):rep(18) .. '..." not found in kubeconfig DIR/config (contexts: "c")', err)
+      -- bytes libyaml refuses without saying where: found
+      o, err = load_text("current-context: c\nclusters: []\nusers: [\1]\n")
+      assert.equal("kubeconfig DIR/config: YAML syntax error at line 3, byte 9: control characters are not allowed", err)
+      o, err = load_text("current-context: c\n# \xc3\xa9 \xc3(\n")
+      assert.equal("kubeconfig DIR/config: YAML syntax error at line 2, byte 6: invalid trailing UTF-8 octet", err)
     end)
 
     it("errors of the core come back as values naming the kubeconfig, never raised", function()

@@ -2,6 +2,7 @@
 -- exact requests it made and that the store it fed ends equal to the server's objects.
 -- Ports of client-go's reflector tests are named after them.
 local kinformer = require "kinformer"
+local cjson = require "cjson"
 local socket = require "socket"
 local fake = require "support.fake_apiserver"
 
@@ -331,6 +332,80 @@ describe("reflector", function()
     assert.is_true(eventually(5, function() return (r:status().errors or 0) >= 2 end))
     assert.matches("Couldn't connect", r:status().last_error)
     r:stop()
+  end)
+
+  it("max_object_bytes: an object over it is a clear error in status() and wait_for_sync; nothing "
+     .. "is lost once it shrinks or the limit is raised", function()
+    srv = fake.start{ args = { "--pods", "3", "--bookmark-interval", "0.2" }, quiet = true }
+    local client = assert(kinformer.client{ server = srv.url })
+    -- backoff: at least 0.5 s, so that each error stays in status() long enough to be seen
+    local function informer(limit)
+      return assert(client:informer{ resource = "pods", max_object_bytes = limit,
+                                     backoff_initial = 0.5, backoff_max = 0.5 })
+    end
+    local function error_seen(inf, pattern)
+      return eventually(5, function()
+        inf:dispatch(1000)
+        return (inf:status().last_error or ""):find(pattern) ~= nil
+      end)
+    end
+    local function annotate(value) -- nil removes the annotation
+      local code = srv:request("PATCH", "/api/v1/namespaces/default/pods/big",
+        { metadata = { annotations = { blob = value or cjson.null } } },
+        { ["Content-Type"] = "application/merge-patch+json" })
+      assert.equal(200, code)
+    end
+    local function synced_with_server(inf)
+      return eventually(5, function()
+        inf:dispatch(1000)
+        return fake.same_versions(fake.versions(inf:store()), srv:versions("pods"))
+      end)
+    end
+    local blob = ("0123456789abcdef"):rep(2048) -- 32 KiB; the pods of --pods are ~9 KB
+    assert.equal(201, (srv:request("POST", "/api/v1/namespaces/default/pods",
+      { apiVersion = "v1", kind = "Pod", metadata = { name = "big", namespace = "default",
+        annotations = { blob = blob } }, spec = { containers = { { name = "c", image = "x" } } } })))
+    local inf = informer(16384)
+    local inf2
+    finally(function() inf:stop() if inf2 then inf2:stop() end end)
+    assert(inf:start())
+
+    -- The list cannot complete: wait_for_sync and status() say why.
+    local ok, err = inf:wait_for_sync(1)
+    assert.is_nil(ok)
+    assert.matches("not synced after 1s: list /api/v1/pods: bad response: at byte %d+: list item is "
+      .. "larger than max_object_bytes %(16384%)$", err)
+    local st = inf:status()
+    assert.is_false(st.synced)
+    assert.matches("list item is larger than max_object_bytes (16384)", st.last_error, 1, true)
+    assert.is_true(st.errors >= 1)
+    assert.equal(0, st.objects)
+
+    -- The object shrinks: the next relist (after the backoff) completes, with every object.
+    annotate(nil)
+    assert(inf:wait_for_sync(5))
+    assert.is_true(synced_with_server(inf))
+    assert.equal(4, #inf:store():list())
+
+    -- It grows while watched: the watch says so, then relists that fail while it is too big.
+    -- The cache keeps what it had (the small version): stale, nothing lost.
+    local small_rv = inf:store():get_by_key("default/big").metadata.resourceVersion
+    annotate(blob)
+    assert.is_true(error_seen(inf, "^watch /api/v1/pods: bad event: at byte %d+: watch event is "
+      .. "larger than max_object_bytes %(16384%)$"))
+    assert.is_true(error_seen(inf, "^list /api/v1/pods: bad response: at byte %d+: list item is "
+      .. "larger than max_object_bytes %(16384%)$"))
+    assert.is_true(inf:status().synced)
+    assert.equal(4, #inf:store():list())
+    assert.equal(small_rv, inf:store():get_by_key("default/big").metadata.resourceVersion)
+    inf:stop()
+
+    -- The limit raised: a new informer has everything, the big object whole.
+    inf2 = informer(65536)
+    assert(inf2:start())
+    assert(inf2:wait_for_sync(5))
+    assert.is_true(synced_with_server(inf2))
+    assert.equal(blob, inf2:store():get_by_key("default/big").metadata.annotations.blob)
   end)
 
   it("rejects bad options with an error naming them", function()

@@ -50,12 +50,17 @@ local function argerr(level, msg)
   error("bad argument #1 to 'client' (" .. msg .. ")", level + 1)
 end
 
-local function read_file(path)
+-- max: a size limit in bytes (a path can name /dev/zero); nil for none.
+local function read_file(path, max)
   local f, err = io_open(path, "rb")
   if not f then return nil, err end
-  local data = f:read("*a")
+  local data = f:read(max and max + 1 or "*a")
   f:close()
-  if not data then return nil, path .. ": cannot read" end
+  if max and data and #data > max then return nil, path .. ": larger than " .. max .. " bytes" end
+  if not data then
+    if max then return "" end -- read(n) gives nil for an empty file
+    return nil, path .. ": cannot read"
+  end
   return data
 end
 
@@ -90,9 +95,33 @@ local function sorted_keys(t)
   return out
 end
 
+-- A name or value from a kubeconfig as an error shows it: control characters escaped, at most
+-- 64 bytes (a name can be any YAML string, megabytes long or spanning lines).
+local function shorten(s)
+  s = tostring(s):gsub("%c", function(c) return ("\\x%02x"):format(byte(c)) end)
+  if #s > 64 then
+    -- cut before a UTF-8 lead byte, so that no character is cut in two
+    local cut = 61
+    while cut > 1 and byte(s, cut + 1) and byte(s, cut + 1) >= 0x80 and byte(s, cut + 1) < 0xC0 do
+      cut = cut - 1
+    end
+    s = s:sub(1, cut) .. "..."
+  end
+  return s
+end
+_M._shorten = shorten
+
+local function q(s) return '"' .. shorten(s) .. '"' end
+
 local function quote_list(names)
   local out = {}
-  for i, n in ipairs(names) do out[i] = '"' .. n .. '"' end
+  for i, n in ipairs(names) do
+    if i > 10 then
+      out[i] = ("and %d more"):format(#names - 10)
+      break
+    end
+    out[i] = q(n)
+  end
   return #out > 0 and concat(out, ", ") or "none"
 end
 
@@ -147,17 +176,24 @@ end
 
 -- The KUBERNETES_EXEC_INFO variable client-go gives a plugin: an ExecCredential with spec
 -- (interactive false: kinformer never has a terminal for it; the cluster when asked for).
+-- -> JSON | nil, err (the cluster's extension comes from a kubeconfig: it may be anything YAML
+-- can say that JSON cannot, such as an array with holes where nulls were).
 local function exec_info(api_version, cluster)
   local cjson = require "cjson"
   local spec = { interactive = false }
   if cluster then spec.cluster = cluster end
-  return cjson.encode({ apiVersion = api_version, kind = "ExecCredential", spec = spec })
+  local ok, json = pcall(cjson.encode, { apiVersion = api_version, kind = "ExecCredential",
+                                         spec = spec })
+  if not ok then return nil, tostring(json):gsub("^.-:%d+: ", "") end
+  return json
 end
+
+local MAX_CA_FILE = 4 * 1024 * 1024
 
 -- The Cluster object of KUBERNETES_EXEC_INFO (provideClusterInfo). Public data only.
 local function cluster_info(o, extension)
   local ca = o.ca_data
-  if ca == nil and o.ca_file then ca = read_file(o.ca_file) end
+  if ca == nil and o.ca_file then ca = read_file(o.ca_file, MAX_CA_FILE) end
   return {
     server = o.server,
     ["tls-server-name"] = o.tls_server_name,
@@ -227,8 +263,8 @@ local function explicit_exec(x, o, level)
       end
     end
   end
-  env[#env + 1] = "KUBERNETES_EXEC_INFO="
-    .. exec_info(api, x.provide_cluster_info and cluster_info(o) or nil)
+  local info = assert(exec_info(api, x.provide_cluster_info and cluster_info(o) or nil))
+  env[#env + 1] = "KUBERNETES_EXEC_INFO=" .. info
   return { command = x.command, args = args, env = env, api_version = api,
            install_hint = x.install_hint, timeout = x.timeout }
 end
@@ -273,6 +309,27 @@ local function load_yaml()
   return yaml
 end
 
+-- The position of the first byte YAML does not allow (control characters other than tab, LF
+-- and CR; invalid UTF-8), or nil.
+local function first_bad_char(text)
+  local ctl = text:find("[%z\1-\8\11\12\14-\31\127]")
+  local i = 1
+  while true do
+    i = text:find("[\128-\255]", i)
+    if i == nil or (ctl and i > ctl) then return ctl end
+    local c, n = byte(text, i), 0
+    if c >= 0xC2 and c <= 0xDF then n = 1
+    elseif c >= 0xE0 and c <= 0xEF then n = 2
+    elseif c >= 0xF0 and c <= 0xF4 then n = 3
+    else return i end
+    for k = 1, n do
+      local d = byte(text, i + k)
+      if d == nil or d < 0x80 or d > 0xBF then return i end
+    end
+    i = i + n + 1
+  end
+end
+
 -- "at line L, column C: problem". lyaml.load reports the position of the last good event, so
 -- the text is scanned again with the low-level parser, whose libyaml message has the real one.
 local function yaml_error(text, lyaml_msg)
@@ -291,17 +348,48 @@ local function yaml_error(text, lyaml_msg)
     end
   end
   local line, col, what = tostring(lyaml_msg):match("(%d+):(%d+): (.*)$")
+  if line == "0" and col == "0" then
+    -- libyaml's reader (control character, bad UTF-8) gives no position: find the byte.
+    local at = first_bad_char(text)
+    if at then
+      local before = text:sub(1, at - 1)
+      local _, nl = before:gsub("\n", "")
+      return ("at line %d, byte %d: %s"):format(nl + 1, at - (before:match(".*()\n") or 0), what)
+    end
+  end
   if line then return ("near line %s, column %s: %s"):format(line, col, what) end
   return ": " .. tostring(lyaml_msg)
 end
 
--- lyaml's null sentinel becomes nil.
-local function strip_nulls(v)
+-- lyaml's null sentinel becomes nil. Aliases make a document a graph whose tables are shared,
+-- or even cyclic (`a: &x [*x]`): each table is visited once.
+local function strip_nulls(v, seen)
   if v == yaml.null then return nil end
-  if type(v) == "table" then
-    for k, x in pairs(v) do v[k] = strip_nulls(x) end
+  if type(v) == "table" and not seen[v] then
+    seen[v] = true
+    for k, x in pairs(v) do v[k] = strip_nulls(x, seen) end
   end
   return v
+end
+
+-- Whether v has more than `budget` nodes counting a shared table once per reference, i.e. as
+-- JSON would spell it out: aliases let a few lines stand for a huge or infinite tree.
+local function too_big(v, budget)
+  local stack, n = { v }, 1
+  while n > 0 do
+    local x = stack[n]
+    stack[n] = nil
+    n = n - 1
+    budget = budget - 1
+    if budget < 0 then return true end
+    if type(x) == "table" then
+      for k, y in pairs(x) do
+        stack[n + 1], stack[n + 2] = k, y
+        n = n + 2
+      end
+    end
+  end
+  return false
 end
 
 -- Named list (clusters, users, contexts) -> map name -> inner table, paths resolved.
@@ -317,13 +405,13 @@ local function named_map(doc, key, inner, path, resolve_paths)
       return nil, ("kubeconfig %s: %s[%d] has no name"):format(path, key, i)
     end
     if map[e.name] then
-      return nil, ("kubeconfig %s: duplicate %s name \"%s\""):format(path, key:sub(1, -2), e.name)
+      return nil, ("kubeconfig %s: duplicate %s name %s"):format(path, key:sub(1, -2), q(e.name))
     end
     local v = e[inner]
     if v == nil then v = {} end
     if type(v) ~= "table" then
-      return nil, ("kubeconfig %s: %s \"%s\": %s must be a mapping"):format(path, key:sub(1, -2),
-                                                                          e.name, inner)
+      return nil, ("kubeconfig %s: %s %s: %s must be a mapping"):format(path, key:sub(1, -2),
+                                                                      q(e.name), inner)
     end
     if resolve_paths then resolve_paths(v, dirname(path)) end
     map[e.name] = v
@@ -359,7 +447,7 @@ function _M.load_file(path)
   if not ok then
     return nil, ("kubeconfig %s: YAML syntax error %s"):format(path, yaml_error(text, doc))
   end
-  doc = strip_nulls(doc)
+  doc = strip_nulls(doc, {})
   if doc == nil then doc = {} end
   if type(doc) ~= "table" or doc[1] ~= nil then
     return nil, ("kubeconfig %s: not a kubeconfig (the top level must be a mapping)"):format(path)
@@ -440,7 +528,7 @@ end
 
 -- Fills o from a cluster entry.
 local function apply_cluster(o, c, name)
-  local what = ('cluster "%s"'):format(name)
+  local what = "cluster " .. q(name)
   local e
   local server
   server, e = str_field(c, "server", what)
@@ -484,8 +572,9 @@ local function kubeconfig_exec(x, what, o, cluster_ext)
   if not command then return nil, what .. ": exec has no command" end
   local api = x.apiVersion
   if api ~= _M.EXEC_API_V1 and api ~= _M.EXEC_API_V1BETA1 then
-    return nil, ('%s: exec apiVersion "%s" is not supported (use %s or %s)'):format(
-      what, tostring(api or ""), _M.EXEC_API_V1, _M.EXEC_API_V1BETA1)
+    return nil, ('%s: exec apiVersion %s is not supported (use %s or %s)'):format(
+      what, type(api) == "string" and q(api) or "(none: " .. type(api) .. ")", _M.EXEC_API_V1,
+      _M.EXEC_API_V1BETA1)
   end
   if x.interactiveMode == "Always" then
     return nil, what .. ": exec interactiveMode Always is not supported (kinformer runs "
@@ -516,20 +605,31 @@ local function kubeconfig_exec(x, what, o, cluster_ext)
     end
   end
   local cinfo
-  if x.provideClusterInfo == true then cinfo = cluster_info(o, cluster_ext) end
-  env[#env + 1] = "KUBERNETES_EXEC_INFO=" .. exec_info(api, cinfo)
+  if x.provideClusterInfo == true then
+    if too_big(cluster_ext, 10000) then
+      return nil, what .. ": exec provideClusterInfo: the cluster's exec extension is too large "
+        .. "(over 10000 values, counting each use of an alias)"
+    end
+    cinfo = cluster_info(o, cluster_ext)
+  end
+  local info, ierr = exec_info(api, cinfo)
+  if not info then
+    return nil, what .. ": exec provideClusterInfo: the cluster's exec extension cannot be "
+      .. "passed on as JSON (" .. ierr .. ")"
+  end
+  env[#env + 1] = "KUBERNETES_EXEC_INFO=" .. info
   local hint = type(x.installHint) == "string" and x.installHint ~= "" and x.installHint or nil
   return { command = command, args = args, env = env, api_version = api, install_hint = hint }
 end
 
 -- Fills o from a user entry (client-go precedence: token over tokenFile, a token over exec).
 local function apply_user(o, u, name, cluster_ext)
-  local what = ('user "%s"'):format(name)
+  local what = "user " .. q(name)
   local e
   if u["auth-provider"] ~= nil then
     local ap = type(u["auth-provider"]) == "table" and u["auth-provider"].name
-    return nil, ('%s: auth-provider "%s" is not supported (use an exec credential plugin)'):format(
-      what, tostring(ap or "?"))
+    return nil, ('%s: auth-provider %s is not supported (use an exec credential plugin)'):format(
+      what, type(ap) == "string" and q(ap) or '"?"')
   end
   for _, k in ipairs({ "as", "as-uid", "as-groups", "as-user-extra" }) do
     if u[k] ~= nil then
@@ -599,33 +699,38 @@ function _M.from_kubeconfig(m, context_name)
   end
   local ctx = m.contexts[name]
   if ctx == nil then
-    return nil, ('context "%s" not found in kubeconfig %s (contexts: %s)'):format(
-      name, files, quote_list(sorted_keys(m.contexts)))
+    return nil, ('context %s not found in kubeconfig %s (contexts: %s)'):format(
+      q(name), files, quote_list(sorted_keys(m.contexts)))
   end
+  -- What is wrong with an entry: named after the files it came from (merged files: all).
+  local function bad(msg) return nil, "kubeconfig " .. files .. ": " .. msg end
   local cname, uname = ctx.cluster, ctx.user
-  if type(cname) ~= "string" or cname == "" then
-    return nil, ('context "%s" has no cluster'):format(name)
+  if cname ~= nil and type(cname) ~= "string" then
+    return bad(('context %s: cluster must be a string'):format(q(name)))
+  end
+  if cname == nil or cname == "" then
+    return bad(('context %s has no cluster'):format(q(name)))
   end
   local cluster = m.clusters[cname]
   if cluster == nil then
-    return nil, ('context "%s" refers to cluster "%s", which is not defined in kubeconfig %s')
-      :format(name, cname, files)
+    return nil, ('context %s refers to cluster %s, which is not defined in kubeconfig %s')
+      :format(q(name), q(cname), files)
   end
   local o, err = apply_cluster({}, cluster, cname)
-  if not o then return nil, err end
+  if not o then return bad(err) end
   if uname ~= nil and uname ~= "" then
-    if type(uname) ~= "string" then return nil, ('context "%s": user must be a string'):format(name) end
+    if type(uname) ~= "string" then return bad(('context %s: user must be a string'):format(q(name))) end
     local user = m.users[uname]
     if user == nil then
-      return nil, ('context "%s" refers to user "%s", which is not defined in kubeconfig %s')
-        :format(name, uname, files)
+      return nil, ('context %s refers to user %s, which is not defined in kubeconfig %s')
+        :format(q(name), q(uname), files)
     end
     o, err = apply_user(o, user, uname, exec_extension(cluster))
-    if not o then return nil, err end
+    if not o then return bad(err) end
   end
   local ns = ctx.namespace
   if ns ~= nil and type(ns) ~= "string" then
-    return nil, ('context "%s": namespace must be a string'):format(name)
+    return bad(('context %s: namespace must be a string'):format(q(name)))
   end
   o.namespace = (ns ~= nil and ns ~= "") and ns or "default"
   o.context = name
@@ -711,7 +816,7 @@ function _M._load(opts, level)
       err = "no configuration found: set KUBECONFIG, create ~/.kube/config, run inside a "
         .. "cluster, or give kinformer.client{ server = URL }"
       if opts.context then
-        err = ('context "%s" not found: no kubeconfig file was found'):format(opts.context)
+        err = ('context %s not found: no kubeconfig file was found'):format(q(opts.context))
         empty = false
       end
     end

@@ -62,7 +62,7 @@ function _M.client(opts)
       c = nil
     end
     if not c and type(err) == "string" then
-      err = source .. (context and (", context " .. context) or "") .. ": " .. err
+      err = source .. (context and (", context " .. config._shorten(context)) or "") .. ": " .. err
     end
   end
   if not c then return nil, err end
