@@ -287,6 +287,7 @@ typedef struct model {
     unsigned long events; /* events applied */
     char rv[KINF_SCAN_MAX_META + 1];
     int have_rv;
+    char start_rv[KINF_SCAN_MAX_META + 1]; /* the reflector's rv before this body */
     int error_event;
     kinf_status status;
     /* list end */
@@ -306,6 +307,26 @@ static void key_of(const kinf_meta *m, buf *k)
     buf_add(k, m->name.ptr, m->name.len);
 }
 
+/* resourceVersions compared as decimal numbers: -1, 0, 1, or 2 when either is not one (written
+ * apart from the reflector's rv_compare, as the model's reference). */
+static int model_rv_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c;
+    for (int side = 0; side < 2; side++) {
+        const char *p = side ? b : a;
+        size_t n = side ? blen : alen;
+        if (n == 0 || (n > 1 && p[0] == '0'))
+            return 2;
+        for (size_t i = 0; i < n; i++)
+            if (p[i] < '0' || p[i] > '9')
+                return 2;
+    }
+    if (alen != blen)
+        return alen < blen ? -1 : 1;
+    c = memcmp(a, b, alen);
+    return c < 0 ? -1 : c > 0;
+}
+
 static kinf_err model_item(void *ud, const kinf_scan_item *it)
 {
     model *m = ud;
@@ -317,6 +338,19 @@ static kinf_err model_item(void *ud, const kinf_scan_item *it)
     }
     if (memchr(it->meta.resource_version.ptr, 0, it->meta.resource_version.len))
         return KINF_EPARSE;
+    if (it->type != KINF_EV_LIST_ITEM && !m->initial) {
+        /* Watch order: an older bookmark is ignored, a repeated event dropped, an older event
+         * ends the watch (docs/reflector.md). */
+        const char *cur = m->have_rv ? m->rv : m->start_rv;
+        int c = model_rv_cmp(it->meta.resource_version.ptr, it->meta.resource_version.len, cur,
+                             strlen(cur));
+        if (it->type == KINF_EV_BOOKMARK && c == -1)
+            return KINF_OK;
+        if (it->type != KINF_EV_BOOKMARK && c == 0)
+            return KINF_OK;
+        if (it->type != KINF_EV_BOOKMARK && c == -1)
+            return KINF_EPARSE;
+    }
     if (it->type != KINF_EV_BOOKMARK && it->meta.name.len == 0)
         return KINF_ENOKEY;
     if (it->meta.resource_version.len) {
@@ -880,6 +914,7 @@ static void run(unsigned opts, uint32_t seed, const resp *rs, int nr, int chunki
         /* The model of this response. */
         memset(&m, 0, sizeof m);
         m.initial = initial;
+        snprintf(m.start_rv, sizeof(m.start_rv), "%s", before.resource_version);
         if (code == 200) {
             kinf_err me = model_scan(&m, req == KINF_TEST_LIST ? KINF_SCAN_LIST : KINF_SCAN_WATCH,
                                      flags | (req == KINF_TEST_LIST ? KINF_SCAN_INJECT_KIND : 0u),
