@@ -809,6 +809,8 @@ static void list_done(kinf_reflector *r, CURLcode result)
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
         record_error(r, 0, NULL, "list %s: %s", r->path, r->xfer_msg);
         drop_items(r);
+        r->full_list = 0; /* as any failed list: the next one starts over (client-go's pager
+                             returns the full list's error to the reflector) */
         schedule_backoff(r, NEXT_LIST, 0);
         return;
     }

@@ -376,6 +376,29 @@ static void expired_continuation_after_an_empty_page(void)
     fx_free(&f);
 }
 
+/* The full list after an expired continuation fails without a response (timeout): the next
+ * list starts over, paginated (client-go's pager returns that error to the reflector). Found by
+ * fuzz_reflector (the reflector kept asking for the unpaginated list). */
+static void failed_full_list_starts_over(void)
+{
+    fx f = fx_new(0);
+    const char *q;
+    expect_request(&f, KINF_TEST_LIST);
+    respond_str(&f,
+                "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"30\",\"continue\":\"c1\"},"
+                "\"items\":[" POD("a", "5") "]}",
+                0);
+    expect_request(&f, KINF_TEST_LIST);
+    kinf_reflector_test_response(f.r, 410, 0);
+    kinf_reflector_test_end(f.r, CURLE_OK, 1.0);
+    q = expect_request(&f, KINF_TEST_LIST);
+    CHECK_STR(q, PATH "?resourceVersion=0"); /* the full list */
+    kinf_reflector_test_end(f.r, CURLE_OPERATION_TIMEDOUT, 100);
+    q = expect_request(&f, KINF_TEST_LIST);
+    CHECK(q != NULL && strstr(q, "limit=2") != NULL && strstr(q, "continue=") == NULL);
+    fx_free(&f);
+}
+
 static void cleanup(void)
 {
     kinf_client_unref(client);
@@ -385,4 +408,4 @@ static void cleanup(void)
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
-          TEST(cleanup))
+          TEST(failed_full_list_starts_over), TEST(cleanup))
