@@ -32,14 +32,14 @@ FUZZ_ARGS_reflector = -max_len=2048
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 
 # The scanner alone: no libcurl, no threads.
-$(BUILD)/fuzz/fuzz_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/jsonscan.c csrc/jsonscan.h \
+$(BUILD)/fuzz/fuzz_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/fuzz/fuzzbuf.h csrc/jsonscan.c csrc/jsonscan.h \
                              csrc/kinf.c csrc/kinf.h csrc/object.h csrc/object.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_jsonscan.c \
 	    csrc/jsonscan.c csrc/kinf.c
 
 # The reflector needs the whole core (CORE_SRC is complete once every fragment is read).
-$(BUILD)/fuzz/fuzz_reflector: csrc/fuzz/fuzz_reflector.c $(wildcard csrc/*.c csrc/*.h)
+$(BUILD)/fuzz/fuzz_reflector: csrc/fuzz/fuzz_reflector.c csrc/fuzz/fuzzbuf.h $(wildcard csrc/*.c csrc/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_reflector.c \
 	    $(CORE_SRC) $(LIBS)

@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzzbuf.h"
+
 #define DIE(...)                                                                                   \
     do {                                                                                           \
         fprintf(stderr, "fuzz_jsonscan invariant: " __VA_ARGS__);                                  \
@@ -34,27 +36,6 @@
         abort();                                                                                   \
     } while (0)
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_add(buf *b, const void *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1)
-            nc *= 2;
-        b->p = realloc(b->p, nc);
-        if (b->p == NULL)
-            abort();
-        b->cap = nc;
-    }
-    if (n)
-        memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
 
 static void buf_str(buf *b, kinf_str s)
 {

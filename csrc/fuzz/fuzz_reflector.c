@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "jsonscan.h"
+#include "fuzzbuf.h"
 #include "store.h"
 
 #define DIE(...)                                                                                   \
@@ -65,27 +66,6 @@
 
 /* ---- small helpers ---- */
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_add(buf *b, const void *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1)
-            nc *= 2;
-        b->p = realloc(b->p, nc);
-        if (b->p == NULL)
-            abort();
-        b->cap = nc;
-    }
-    if (n)
-        memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
 
 /* Logs are text (length-prefixed strings) so that a mismatch can be shown. */
 static void buf_str(buf *b, const char *s, size_t n)
