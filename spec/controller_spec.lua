@@ -529,13 +529,11 @@ describe("examples/controller.lua", function()
   end)
 
   it("runs under LuaJIT too", function()
-    local so = io.open(ROOT .. "/build/luajit/kinformer/core.so")
-    if not so or not os.execute("command -v luajit >/dev/null") then
-      if so then so:close() end
-      pending("LuaJIT or build/luajit/kinformer/core.so not available")
+    local missing = proc.luajit_missing(ROOT)
+    if missing then
+      pending(missing)
       return
     end
-    so:close()
     local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
     local a
     finally(function()

@@ -2,6 +2,7 @@
 -- API server as subprocesses (from another directory, with no LUA_PATH: they find the checkout's
 -- modules themselves), and `make demo` runs end to end.
 local fake = require "support.fake_apiserver"
+local proc = require "support.proc"
 local socket = require "socket"
 
 local function quote(s)
@@ -299,13 +300,11 @@ describe("examples", function()
     end)
 
     it("runs under LuaJIT too", function()
-      local so = io.open(ROOT .. "/build/luajit/kinformer/core.so")
-      if not so or not os.execute("command -v luajit >/dev/null") then
-        if so then so:close() end
-        pending("LuaJIT or build/luajit/kinformer/core.so not available")
+      local missing = proc.luajit_missing(ROOT)
+      if missing then
+        pending(missing)
         return
       end
-      so:close()
       local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
       finally(function() srv:stop() end)
       local lines, status = run_lines(example("index-by-node.lua", srv, "--seconds 1",

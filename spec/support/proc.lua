@@ -29,4 +29,13 @@ function _M.at_exit(fn)
   return setmetatable({}, { __gc = fn })
 end
 
+--- proc.luajit_missing(root) -> nil when luajit and root's LuaJIT build are there, else why not
+function _M.luajit_missing(root)
+  local so = io.open(root .. "/build/luajit/kinformer/core.so")
+  if so then so:close() end
+  if not so or not os.execute("command -v luajit >/dev/null") then
+    return "LuaJIT or build/luajit/kinformer/core.so not available"
+  end
+end
+
 return _M
