@@ -1,5 +1,7 @@
 /* test_jsonspan.c - top-level member spans: nesting, strings with escaped quotes, scalars,
  * duplicates (last wins), escaped keys, and malformed or truncated input at every length. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctest.h"
@@ -93,5 +95,32 @@ static void truncations(void)
     }
 }
 
+/* Values longer than the 16-byte blocks the skipping loops read: an escaped quote, escaped
+ * backslashes and braces inside strings at every offset, brackets across block edges; then
+ * every prefix, so a backslash as the last byte is read in bounds too. */
+static void long_values(void)
+{
+    char json[512], want[400], v[400], pad[41];
+    for (size_t off = 0; off < 40; off++) {
+        memset(pad, 'x', off);
+        pad[off] = '\0';
+        snprintf(want, sizeof(want),
+                 "{\"s\":\"%s\\\"}]\\\\\",\"l\":[[%s],{\"k\":\"%s{[\"}],\"t\":\"%s\"}", pad,
+                 "1,2,3,4,5,6,7,8,9", pad, pad);
+        snprintf(json, sizeof(json), "{\"%skey\":1,\"spec\":%s,\"z\":\"%s\\\\\"}", pad, want,
+                 pad);
+        CHECK(find(json, "spec", v, sizeof(v)) == 1);
+        CHECK_STR(v, want);
+        CHECK(find(json, "z", v, sizeof(v)) == 1);
+        for (size_t n = 0; n < strlen(json); n++) {
+            kinf_str span;
+            char *copy = malloc(n ? n : 1);
+            memcpy(copy, json, n);
+            CHECK(kinf_json_find_member(copy, n, "z", 1, &span) == -1);
+            free(copy);
+        }
+    }
+}
+
 TEST_MAIN(TEST(members), TEST(iteration), TEST(duplicates_and_escapes), TEST(malformed),
-          TEST(truncations))
+          TEST(truncations), TEST(long_values))
