@@ -3,6 +3,7 @@
  * guards, logging, and luaopen. Contract for the shared helpers in lua_kinf.h.
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,13 +21,31 @@ static const char LOGGER_KEY = 0;    /* the logger function, if set */
 static const char REQUEUE_KEY = 0;   /* the REQUEUE sentinel */
 static const char LAZY_KEY = 0;      /* the metatable of lazily decoded objects */
 static const char READONLY_KEY = 0;  /* the metatable of objects decoded whole (LuaJIT) */
+static const char SUBS_KEY = 0;      /* lazy obj.metadata table -> its box (weak keys) */
+static const char LAZY_META_KEY = 0; /* the metatable of lazily decoded metadata tables */
 
 #define BOX_MT "kinformer.record"
 #define GUARD_MT "kinformer.guard"
 
+/* Where a member of a lazily decoded table sits in its JSON (offsets from box.json). */
+typedef struct member_span {
+    uint32_t key, key_len, value, value_len;
+} member_span;
+
+#define MEMBERS_UNINDEXED (-1) /* not indexed yet */
+#define MEMBERS_UNINDEXABLE (-2) /* escaped keys, too many, too big, or no memory: find each time */
+#define MEMBERS_MAX 64
+
 typedef struct box {
     kinf_object *obj; /* one reference */
     int from_user;    /* built from a user table: re-encode on every write */
+    /* Lazy tables (Lua 5.2+): the JSON object the table decodes members from (the record's
+     * JSON, or its metadata member's span), and that object's members, indexed at the first
+     * read so that later reads do not scan the object again. */
+    const char *json;
+    size_t json_len;
+    int nmembers;          /* >= 0 once indexed, or MEMBERS_UNINDEXED / _UNINDEXABLE */
+    member_span *members;  /* malloc'd; freed with the box */
 } box;
 
 int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
@@ -119,6 +138,8 @@ static int box_gc(lua_State *L)
     box *b = luaL_checkudata(L, 1, BOX_MT);
     kinf_object_unref(b->obj);
     b->obj = NULL;
+    free(b->members);
+    b->members = NULL;
     return 0;
 }
 
@@ -128,6 +149,10 @@ static box *push_box(lua_State *L, int from_user)
     box *b = lua_newuserdata(L, sizeof(*b));
     b->obj = NULL;
     b->from_user = from_user;
+    b->json = NULL;
+    b->json_len = 0;
+    b->nmembers = MEMBERS_UNINDEXED;
+    b->members = NULL;
     luaL_setmetatable(L, BOX_MT);
     return b;
 }
@@ -182,13 +207,118 @@ static kinf_object *record_of(lua_State *L, int idx)
 /*
  * Lazily decoded objects (Lua 5.2+, where pairs honours __pairs; LuaJIT decodes eagerly): the
  * table starts empty; reading a member decodes just that member's bytes and stores it in the
- * table, so the next read is a plain table read. pairs() decodes every member first. Writes of
- * new members raise: objects are read-only.
+ * table, so the next read is a plain table read. `metadata` is lazy the same way (its own table
+ * over its own span, SUBS), and its name and namespace come from the record, parsed when the
+ * record was made: a handler reading obj.metadata.name decodes nothing, and managedFields are
+ * decoded only by whoever reads them. A string member without escapes is pushed as its bytes;
+ * other values go through lua-cjson. pairs() decodes every member first. Writes of new members
+ * raise: objects are read-only.
  */
-static void materialize(lua_State *L, int t, kinf_object *obj)
+
+/* The box of lazy table idx: `which` is RECORDS_KEY (a decoded object) or SUBS_KEY (an object's
+ * metadata). NULL for any other table, and for objects decoded whole. */
+static box *lazy_box(lua_State *L, int idx, const void *which)
+{
+    box *b;
+    idx = kl_absindex(L, idx);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, which);
+    lua_pushvalue(L, idx);
+    lua_rawget(L, -2);
+    b = lua_touserdata(L, -1);
+    lua_pop(L, 2);
+    return b != NULL && b->obj != NULL && !b->from_user && b->json != NULL ? b : NULL;
+}
+
+/* Records the members of b's JSON object once. Anything unusual (an escaped key, more than
+ * MEMBERS_MAX members, no memory) leaves the box unindexable: find_member then scans each time,
+ * as before the index existed. */
+static void index_members(box *b)
+{
+    kinf_json_member m;
+    member_span *ms = NULL, *grown;
+    size_t pos = 0, cap = 0, n = 0;
+    int rc;
+
+    b->nmembers = MEMBERS_UNINDEXABLE;
+    if (b->json_len > UINT32_MAX)
+        return;
+    while ((rc = kinf_json_next_member(b->json, b->json_len, &pos, &m)) == 1) {
+        if (m.key_escaped || n == MEMBERS_MAX) {
+            free(ms);
+            return;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            grown = realloc(ms, cap * sizeof(*ms));
+            if (grown == NULL) {
+                free(ms);
+                return;
+            }
+            ms = grown;
+        }
+        ms[n].key = (uint32_t)(m.key.ptr - b->json);
+        ms[n].key_len = (uint32_t)m.key.len;
+        ms[n].value = (uint32_t)(m.value.ptr - b->json);
+        ms[n].value_len = (uint32_t)m.value.len;
+        n++;
+    }
+    if (rc < 0) {
+        free(ms);
+        return;
+    }
+    b->members = ms;
+    b->nmembers = (int)n;
+}
+
+/* 1 and the value's span, 0 when the member is absent, -1 when only decoding the whole object
+ * can tell (escaped keys, malformed input). The last of duplicate keys wins, as in lua-cjson. */
+static int find_member(box *b, const char *k, size_t klen, kinf_str *v)
+{
+    if (b->nmembers == MEMBERS_UNINDEXED)
+        index_members(b);
+    if (b->nmembers == MEMBERS_UNINDEXABLE)
+        return kinf_json_find_member(b->json, b->json_len, k, klen, v);
+    for (int i = b->nmembers - 1; i >= 0; i--) {
+        const member_span *m = &b->members[i];
+        if (m->key_len == klen && memcmp(b->json + m->key, k, klen) == 0) {
+            v->ptr = b->json + m->value;
+            v->len = m->value_len;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Pushes b's JSON decoded whole. Raises on a decoding failure (records are valid JSON). */
+static void decode_span(lua_State *L, const box *b, const char *what)
+{
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushlstring(L, b->json, b->json_len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        luaL_error(L, "kinformer: cannot decode %s of %s: %s", what, b->obj->key,
+                   lua_tostring(L, -1));
+}
+
+/* Pushes the value of member k, span v. */
+static void push_member(lua_State *L, const box *b, const char *k, kinf_str v)
+{
+    if (v.len >= 2 && v.ptr[0] == '"' && memchr(v.ptr + 1, '\\', v.len - 2) == NULL) {
+        /* Validated JSON: a string without escapes decodes to its bytes. */
+        lua_pushlstring(L, v.ptr + 1, v.len - 2);
+        return;
+    }
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushlstring(L, v.ptr, v.len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        luaL_error(L, "kinformer: cannot decode %s of %s: %s", k, b->obj->key,
+                   lua_tostring(L, -1));
+}
+
+/* Decodes b's whole JSON into table t: every member not read yet. */
+static void materialize(lua_State *L, int t, const box *b)
 {
     t = kl_absindex(L, t);
-    decode_record(L, obj);
+    decode_span(L, b, "the object");
     for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
         lua_pushvalue(L, -2);
         lua_rawget(L, t);
@@ -202,9 +332,49 @@ static void materialize(lua_State *L, int t, kinf_object *obj)
     lua_pop(L, 1);
 }
 
-static int lazy_index(lua_State *L)
+/* Pushes a lazy table for the metadata of obj, whose JSON is span v (an object). */
+static void push_lazy_metadata(lua_State *L, kinf_object *obj, kinf_str v)
 {
-    kinf_object *obj;
+    box *b;
+    lua_createtable(L, 0, 4);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_META_KEY);
+    lua_setmetatable(L, -2);
+    b = push_box(L, 0);
+    b->obj = kinf_object_ref(obj);
+    b->json = v.ptr; /* inside the record, which the box keeps alive */
+    b->json_len = v.len;
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &SUBS_KEY);
+    lua_pushvalue(L, -3);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 2);
+}
+
+/* metadata.name / metadata.namespace as the record has them (the object's last metadata, like
+ * lua-cjson's decoding). Only non-empty values, and only when the key's length confirms the
+ * strings hold no NUL byte (the record keeps them NUL-terminated); else 0: ask the JSON. */
+static int meta_from_record(const kinf_object *obj, const char *k, size_t klen, kinf_str *out)
+{
+    size_t ns_len = strlen(obj->namespace_), name_len = strlen(obj->name);
+    if ((ns_len ? ns_len + 1 : 0) + name_len != obj->key_len)
+        return 0;
+    if (klen == 4 && memcmp(k, "name", 4) == 0 && name_len > 0) {
+        out->ptr = obj->name;
+        out->len = name_len;
+        return 1;
+    }
+    if (klen == 9 && memcmp(k, "namespace", 9) == 0 && ns_len > 0) {
+        out->ptr = obj->namespace_;
+        out->len = ns_len;
+        return 1;
+    }
+    return 0;
+}
+
+/* __index of lazy objects (which = RECORDS_KEY) and their metadata (SUBS_KEY). */
+static int index_lazy(lua_State *L, const void *which)
+{
+    box *b;
     const char *k;
     size_t klen;
     kinf_str v;
@@ -212,39 +382,63 @@ static int lazy_index(lua_State *L)
 
     if (lua_type(L, 2) != LUA_TSTRING)
         return 0;
-    obj = record_of(L, 1);
-    if (obj == NULL)
+    b = lazy_box(L, 1, which);
+    if (b == NULL)
         return 0;
     k = lua_tolstring(L, 2, &klen);
-    rc = kinf_json_find_member(obj->json, obj->json_len, k, klen, &v);
-    if (rc == 0)
-        return 0;
-    if (rc < 0) {
-        materialize(L, 1, obj);
-        lua_settop(L, 2);
-        lua_rawget(L, 1);
-        return 1;
+    if (which == &SUBS_KEY && meta_from_record(b->obj, k, klen, &v)) {
+        lua_pushlstring(L, v.ptr, v.len);
+    } else {
+        rc = find_member(b, k, klen, &v);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) {
+            materialize(L, 1, b);
+            lua_settop(L, 2);
+            lua_rawget(L, 1);
+            return 1;
+        }
+        if (which == &RECORDS_KEY && klen == 8 && memcmp(k, "metadata", 8) == 0 && v.len > 0 &&
+            v.ptr[0] == '{')
+            push_lazy_metadata(L, b->obj, v);
+        else
+            push_member(L, b, k, v);
     }
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
-    lua_pushlstring(L, v.ptr, v.len);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        return luaL_error(L, "kinformer: cannot decode %s of %s: %s", k, obj->key,
-                          lua_tostring(L, -1));
     lua_pushvalue(L, 2);
     lua_pushvalue(L, -2);
     lua_rawset(L, 1);
     return 1;
 }
 
-static int lazy_pairs(lua_State *L)
+static int lazy_index(lua_State *L)
 {
-    kinf_object *obj = record_of(L, 1);
-    if (obj != NULL)
-        materialize(L, 1, obj);
+    return index_lazy(L, &RECORDS_KEY);
+}
+
+static int lazy_meta_index(lua_State *L)
+{
+    return index_lazy(L, &SUBS_KEY);
+}
+
+static int pairs_lazy(lua_State *L, const void *which)
+{
+    box *b = lazy_box(L, 1, which);
+    if (b != NULL)
+        materialize(L, 1, b);
     lua_getglobal(L, "next");
     lua_pushvalue(L, 1);
     lua_pushnil(L);
     return 3;
+}
+
+static int lazy_pairs(lua_State *L)
+{
+    return pairs_lazy(L, &RECORDS_KEY);
+}
+
+static int lazy_meta_pairs(lua_State *L)
+{
+    return pairs_lazy(L, &SUBS_KEY);
 }
 
 static int lazy_newindex(lua_State *L)
@@ -292,6 +486,10 @@ void kl_push_object(lua_State *L, kinf_object *obj)
     }
     b = push_box(L, 0);
     b->obj = kinf_object_ref(obj);
+    if (KL_LAZY_DECODE && !kinf_object_is_tombstone(obj)) {
+        b->json = obj->json;
+        b->json_len = obj->json_len;
+    }
     link_table(L, top + 1, top + 2);
     lua_settop(L, top + 1);
 }
@@ -572,10 +770,16 @@ static int l_is_tombstone(lua_State *L)
 static int l_encode(lua_State *L)
 {
     kinf_object *obj;
+    box *b;
     luaL_checktype(L, 1, LUA_TTABLE);
     obj = record_of(L, 1);
     if (obj != NULL && !kinf_object_is_tombstone(obj)) {
         lua_pushlstring(L, obj->json, obj->json_len);
+        return 1;
+    }
+    b = lazy_box(L, 1, &SUBS_KEY);
+    if (b != NULL) {
+        lua_pushlstring(L, b->json, b->json_len);
         return 1;
     }
     kl_rawgetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY);
@@ -589,6 +793,7 @@ static int l_encode(lua_State *L)
 static int l_to_table(lua_State *L)
 {
     kinf_object *obj;
+    box *b;
     luaL_checktype(L, 1, LUA_TTABLE);
     if (kl_is_tombstone(L, 1)) {
         lua_createtable(L, 0, 2);
@@ -606,6 +811,11 @@ static int l_to_table(lua_State *L)
     obj = record_of(L, 1);
     if (obj != NULL) {
         decode_record(L, obj);
+        return 1;
+    }
+    b = lazy_box(L, 1, &SUBS_KEY);
+    if (b != NULL) {
+        decode_span(L, b, "metadata");
         return 1;
     }
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
@@ -682,6 +892,7 @@ int luaopen_kinformer_core(lua_State *L)
 
     new_weak_table(L, &DECODED_KEY, "v");
     new_weak_table(L, &RECORDS_KEY, "k");
+    new_weak_table(L, &SUBS_KEY, "k");
 
     luaL_newmetatable(L, BOX_MT);
     lua_pushcfunction(L, box_gc);
@@ -702,6 +913,17 @@ int luaopen_kinformer_core(lua_State *L)
     lua_pushstring(L, "kinformer.object");
     lua_setfield(L, -2, "__name");
     kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
+
+    lua_createtable(L, 0, 4);
+    lua_pushcfunction(L, lazy_meta_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, lazy_meta_pairs);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushcfunction(L, lazy_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushstring(L, "kinformer.metadata");
+    lua_setfield(L, -2, "__name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_META_KEY);
 
     lua_createtable(L, 0, 2);
     lua_pushcfunction(L, lazy_newindex);

@@ -437,6 +437,57 @@ describe("shared informer", function()
       assert.are_not.equal(a, store:get("default/a"))
     end)
 
+    it("metadata is lazy too: name and namespace from the record, the rest on first read", function()
+      local note = 'say "hi" \\ caf\u{e9}'
+      local code = srv:request("POST", "/api/v1/namespaces/default/pods", {
+        apiVersion = "v1", kind = "Pod",
+        metadata = { namespace = "default", name = "a", labels = { app = "web" }, generateName = note,
+                     annotations = { note = note },
+                     managedFields = { { manager = "kubectl", operation = "Apply",
+                                         fieldsV1 = { ["f:metadata"] = { ["f:labels"] = {} } } } } },
+        spec = { containers = { { name = "c", image = "nginx" } } } })
+      assert.equal(201, code)
+      local inf = track(new_informer{ strip_managed_fields = false })
+      assert(inf:start())
+      assert(inf:wait_for_sync(5))
+      local a = inf:store():get("default/a")
+      local md = a.metadata
+      assert.equal(md, a.metadata)
+      assert.equal("a", md.name)
+      assert.equal("default", md.namespace)
+      assert.equal(note, md.annotations.note)
+      assert.equal(note, md.generateName) -- a string with escapes in the JSON
+      assert.equal("kubectl", md.managedFields[1].manager)
+      assert.is_nil(md.deletionTimestamp)
+      if not jit then -- Lua 5.4: metadata is a lazy read-only table (LuaJIT: a plain nested one)
+        assert.has_error(function() md.extra = 1 end)
+      end
+      -- Reading through the lazy tables gives what decoding the whole object gives.
+      local function deep(t)
+        if type(t) ~= "table" then return t end
+        local c = {}
+        for k, v in pairs(t) do c[k] = deep(v) end
+        return c
+      end
+      local whole = kinformer.to_table(a)
+      assert.same(whole, deep(a))
+      assert.same(whole.metadata, kinformer.to_table(md))
+      assert.same(whole.metadata, require("cjson").decode(kinformer.encode(md)))
+      local copy = kinformer.to_table(md)
+      copy.name = "changed"
+      assert.equal("a", md.name)
+      -- Cluster-scoped: no namespace.
+      local nsi = track(new_informer{ resource = "namespaces" })
+      srv:request("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                                  metadata = { name = "team-a" } })
+      assert(nsi:start())
+      assert(nsi:wait_for_sync(5))
+      local ns = nsi:store():get("team-a")
+      assert.equal("team-a", ns.metadata.name)
+      assert.is_nil(ns.metadata.namespace)
+      assert.same(kinformer.to_table(ns), deep(ns))
+    end)
+
     it("status() tells what happened", function()
       create(srv, "default", "a")
       local inf = track(new_informer{})
