@@ -179,6 +179,8 @@ static void link_table(lua_State *L, int ti, int bi)
 /* Pushes the whole record decoded. Raises on a decoding failure (records are valid JSON). */
 static void decode_record(lua_State *L, kinf_object *obj)
 {
+    if (kl_decode(L, obj->json, obj->json_len))
+        return;
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushlstring(L, obj->json, obj->json_len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
@@ -292,6 +294,8 @@ static int find_member(box *b, const char *k, size_t klen, kinf_str *v)
 /* Pushes b's JSON decoded whole. Raises on a decoding failure (records are valid JSON). */
 static void decode_span(lua_State *L, const box *b, const char *what)
 {
+    if (kl_decode(L, b->json, b->json_len))
+        return;
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushlstring(L, b->json, b->json_len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
@@ -307,6 +311,8 @@ static void push_member(lua_State *L, const box *b, const char *k, kinf_str v)
         lua_pushlstring(L, v.ptr + 1, v.len - 2);
         return;
     }
+    if (kl_decode(L, v.ptr, v.len))
+        return;
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushlstring(L, v.ptr, v.len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
@@ -829,6 +835,20 @@ static int l_to_table(lua_State *L)
     return 1;
 }
 
+/* decode(json): the value (as lua-cjson decodes it), or nil, err for input that is not JSON. */
+static int l_decode(lua_State *L)
+{
+    size_t len;
+    const char *json = luaL_checklstring(L, 1, &len);
+    if (kl_decode(L, json, len))
+        return 1;
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
+    lua_pushvalue(L, 1);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        return kl_fail(L, KINF_EPARSE, lua_tostring(L, -1));
+    return 1;
+}
+
 static int l_set_logger(lua_State *L)
 {
     if (!lua_isnoneornil(L, 1))
@@ -866,6 +886,7 @@ static const luaL_Reg FUNCS[] = {
     {"is_tombstone", l_is_tombstone},
     {"encode", l_encode},
     {"to_table", l_to_table},
+    {"decode", l_decode},
     {"set_logger", l_set_logger},
     {"log", l_log},
     {NULL, NULL},

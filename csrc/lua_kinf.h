@@ -28,6 +28,14 @@
 /* Pushes obj's table (nil for NULL). May raise (memory). */
 void kl_push_object(lua_State *L, kinf_object *obj);
 
+/*
+ * Decodes JSON that is valid already (a record's bytes, or a span of them) into the value
+ * lua-cjson's decode would make, faster (lua_decode.c). Returns 1 with the value pushed, or 0 with
+ * the stack unchanged when it could not (then decode with lua-cjson, which reports why). Raises
+ * only on memory errors.
+ */
+int kl_decode(lua_State *L, const char *json, size_t len);
+
 /* Pushes a fresh, fully decoded, mutable table of a plain record (not cached). May raise. */
 void kl_push_decoded(lua_State *L, kinf_object *obj);
 

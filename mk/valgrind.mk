@@ -1,7 +1,8 @@
 # The core specs under valgrind (issue 9): any memory error or definite leak fails the run.
 _valgrind_saved_goal := $(.DEFAULT_GOAL)
 VALGRIND_SPECS = spec/keys_spec.lua spec/store_spec.lua spec/delta_fifo_spec.lua \
-                 spec/informer_spec.lua spec/workqueue_spec.lua spec/rest_spec.lua
+                 spec/informer_spec.lua spec/workqueue_spec.lua spec/rest_spec.lua \
+                 spec/decode_spec.lua
 VALGRIND = valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
 .PHONY: check-valgrind
 check-valgrind: all

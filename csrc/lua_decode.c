@@ -1,0 +1,315 @@
+/*
+ * lua_decode.c - JSON -> Lua values for the bytes of records, which are valid JSON already (the
+ * reflector's scanner validated them, or lua-cjson encoded them). Contract in lua_kinf.h.
+ *
+ * It makes exactly what lua-cjson's decode makes (numbers are floats, null is cjson.null, a NULL
+ * light userdata; empty objects and arrays are empty tables without a metatable; the last of
+ * duplicate keys wins), only faster: a string without escapes is pushed straight from the input
+ * (lua-cjson copies every string into a buffer first), and a table is created at its final size
+ * from the members left on the Lua stack (lua-cjson grows every table by rehashing).
+ *
+ * It never reports an error itself: on anything it does not expect (malformed input, nesting
+ * deeper than MAX_DEPTH, a number strtod does not take whole, e.g. under a locale with a decimal
+ * comma, or no room on the Lua stack) it restores the stack and returns 0, and the caller decodes
+ * with lua-cjson, which gives the error or the value. Never raises; allocation failures inside the
+ * Lua API raise as usual (memory errors).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lua_kinf.h"
+
+#define MAX_DEPTH 200  /* deeper: lua-cjson's turn (it allows 1000) */
+#define BATCH 64       /* members kept on the stack before a big table gets them */
+#define MAX_NUMBER 64  /* longer number tokens: lua-cjson's turn */
+
+typedef struct dec {
+    lua_State *L;
+    const unsigned char *p, *end;
+    int depth;
+} dec;
+
+static int value(dec *d);
+
+static void skip_ws(dec *d)
+{
+    while (d->p < d->end && (*d->p == ' ' || *d->p == '\n' || *d->p == '\r' || *d->p == '\t'))
+        d->p++;
+}
+
+static int hex4(const unsigned char *p, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Appends code point cp as UTF-8. */
+static void add_utf8(luaL_Buffer *b, unsigned cp)
+{
+    char u[4];
+    size_t n;
+    if (cp < 0x80) {
+        u[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (char)(0xC0 | (cp >> 6));
+        u[1] = (char)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | (cp >> 12));
+        u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (char)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        u[0] = (char)(0xF0 | (cp >> 18));
+        u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[3] = (char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    luaL_addlstring(b, u, n);
+}
+
+/* d->p is just past an opening quote: pushes the string. */
+static int string(dec *d)
+{
+    const unsigned char *s = d->p, *q = s;
+    luaL_Buffer b;
+
+    while (q < d->end && *q != '"' && *q != '\\')
+        q++;
+    if (q == d->end)
+        return 0;
+    if (*q == '"') {
+        lua_pushlstring(d->L, (const char *)s, (size_t)(q - s));
+        d->p = q + 1;
+        return 1;
+    }
+    luaL_buffinit(d->L, &b);
+    for (;;) {
+        luaL_addlstring(&b, (const char *)s, (size_t)(q - s));
+        if (q == d->end)
+            return 0;
+        if (*q == '"')
+            break;
+        /* a backslash */
+        if (d->end - q < 2)
+            return 0;
+        switch (q[1]) {
+        case '"': luaL_addchar(&b, '"'); q += 2; break;
+        case '\\': luaL_addchar(&b, '\\'); q += 2; break;
+        case '/': luaL_addchar(&b, '/'); q += 2; break;
+        case 'b': luaL_addchar(&b, '\b'); q += 2; break;
+        case 'f': luaL_addchar(&b, '\f'); q += 2; break;
+        case 'n': luaL_addchar(&b, '\n'); q += 2; break;
+        case 'r': luaL_addchar(&b, '\r'); q += 2; break;
+        case 't': luaL_addchar(&b, '\t'); q += 2; break;
+        case 'u': {
+            unsigned cp, lo;
+            if (d->end - q < 6 || !hex4(q + 2, &cp))
+                return 0;
+            q += 6;
+            if (cp >= 0xDC00 && cp <= 0xDFFF)
+                return 0; /* a lone low surrogate */
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (d->end - q < 6 || q[0] != '\\' || q[1] != 'u' || !hex4(q + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return 0; /* a high surrogate without its low half */
+                q += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            add_utf8(&b, cp);
+            break;
+        }
+        default: return 0;
+        }
+        s = q;
+        while (q < d->end && *q != '"' && *q != '\\')
+            q++;
+    }
+    luaL_pushresult(&b);
+    d->p = q + 1;
+    return 1;
+}
+
+static int number(dec *d)
+{
+    const unsigned char *s = d->p, *q = s;
+    char tok[MAX_NUMBER + 1], *endp;
+    double v;
+
+    while (q < d->end && ((*q >= '0' && *q <= '9') || *q == '-' || *q == '+' || *q == '.' ||
+                          *q == 'e' || *q == 'E'))
+        q++;
+    if (q == s || q - s > MAX_NUMBER)
+        return 0;
+    memcpy(tok, s, (size_t)(q - s));
+    tok[q - s] = '\0';
+    v = strtod(tok, &endp);
+    if (endp != tok + (q - s))
+        return 0;
+    lua_pushnumber(d->L, (lua_Number)v);
+    d->p = q;
+    return 1;
+}
+
+static int literal(dec *d, const char *word, size_t n)
+{
+    if ((size_t)(d->end - d->p) < n || memcmp(d->p, word, n) != 0)
+        return 0;
+    d->p += n;
+    return 1;
+}
+
+/* Moves the `pending` values (arrays) or key/value pairs (objects) above the table at t into
+ * it, in order (so the last of duplicate keys wins), and pops them. *next_index: arrays. */
+static void flush(lua_State *L, int t, int is_array, int pending, lua_Integer *next_index)
+{
+    int first = t + 1;
+    if (is_array) {
+        for (int i = 0; i < pending; i++) {
+            lua_pushvalue(L, first + i);
+            lua_rawseti(L, t, (*next_index)++);
+        }
+    } else {
+        for (int i = 0; i < pending; i++) {
+            lua_pushvalue(L, first + 2 * i);
+            lua_pushvalue(L, first + 2 * i + 1);
+            lua_rawset(L, t);
+        }
+    }
+    lua_settop(L, t);
+}
+
+/* d->p is on '{' or '[': pushes the table. */
+static int container(dec *d)
+{
+    lua_State *L = d->L;
+    int is_array = *d->p == '[', base = lua_gettop(L), t = 0, pending = 0;
+    unsigned char close = is_array ? ']' : '}';
+    lua_Integer next_index = 1;
+
+    if (++d->depth > MAX_DEPTH)
+        return 0;
+    d->p++;
+    skip_ws(d);
+    if (d->p < d->end && *d->p == close) {
+        d->p++;
+        lua_createtable(L, 0, 0);
+        d->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (!lua_checkstack(L, 8))
+            return 0;
+        skip_ws(d);
+        if (!is_array) {
+            if (d->p == d->end || *d->p != '"')
+                return 0;
+            d->p++;
+            if (!string(d))
+                return 0;
+            skip_ws(d);
+            if (d->p == d->end || *d->p != ':')
+                return 0;
+            d->p++;
+            skip_ws(d);
+        }
+        if (!value(d))
+            return 0;
+        if (++pending == BATCH) {
+            if (t == 0) {
+                /* Big: make the table now, sized for this batch, and move the batch in. */
+                lua_createtable(L, is_array ? 2 * BATCH : 0, is_array ? 0 : 2 * BATCH);
+                lua_insert(L, base + 1);
+                t = base + 1;
+            }
+            flush(L, t, is_array, pending, &next_index);
+            pending = 0;
+        }
+        skip_ws(d);
+        if (d->p == d->end)
+            return 0;
+        if (*d->p == ',') {
+            d->p++;
+            continue;
+        }
+        if (*d->p != close)
+            return 0;
+        d->p++;
+        break;
+    }
+    if (t == 0) {
+        lua_createtable(L, is_array ? pending : 0, is_array ? 0 : pending);
+        lua_insert(L, base + 1);
+        t = base + 1;
+    }
+    flush(L, t, is_array, pending, &next_index);
+    d->depth--;
+    return 1;
+}
+
+static int value(dec *d)
+{
+    if (d->p == d->end)
+        return 0;
+    switch (*d->p) {
+    case '"':
+        d->p++;
+        return string(d);
+    case '{':
+    case '[':
+        return container(d);
+    case 't':
+        if (!literal(d, "true", 4))
+            return 0;
+        lua_pushboolean(d->L, 1);
+        return 1;
+    case 'f':
+        if (!literal(d, "false", 5))
+            return 0;
+        lua_pushboolean(d->L, 0);
+        return 1;
+    case 'n':
+        if (!literal(d, "null", 4))
+            return 0;
+        lua_pushlightuserdata(d->L, NULL); /* cjson.null */
+        return 1;
+    default:
+        return number(d);
+    }
+}
+
+int kl_decode(lua_State *L, const char *json, size_t len)
+{
+    int top = lua_gettop(L);
+    dec d;
+
+    if (!lua_checkstack(L, 8))
+        return 0;
+    d.L = L;
+    d.p = (const unsigned char *)json;
+    d.end = d.p + len;
+    d.depth = 0;
+    skip_ws(&d);
+    if (value(&d)) {
+        skip_ws(&d);
+        if (d.p == d.end)
+            return 1;
+    }
+    lua_settop(L, top);
+    return 0;
+}

@@ -1,0 +1,114 @@
+-- kinformer's JSON decoder for cached objects (csrc/lua_decode.c) must make exactly what
+-- lua-cjson makes: same types (numbers are floats, null is cjson.null), same strings after every
+-- escape, the last of duplicate keys, tables of any size; and hand over to lua-cjson for what it
+-- does not take (too deep, malformed), so errors read as before. core.decode is the entry point
+-- the lazy objects use.
+local core = require "kinformer.core"
+local cjson = require "cjson"
+
+-- Deep equality that tells floats from integers, -0.0 from 0.0 and cjson.null from everything.
+local function same(a, b, path)
+  path = path or "value"
+  if type(a) ~= type(b) then return false, path .. ": " .. type(a) .. " vs " .. type(b) end
+  if type(a) == "number" then
+    if math.type and math.type(a) ~= math.type(b) then return false, path .. ": number types" end
+    if a ~= b and not (a ~= a and b ~= b) then return false, path .. ": " .. a .. " vs " .. b end
+    if a == 0 and 1 / a ~= 1 / b then return false, path .. ": signed zero" end
+    return true
+  end
+  if type(a) ~= "table" then
+    if a ~= b then return false, path .. ": " .. tostring(a) .. " vs " .. tostring(b) end
+    return true
+  end
+  if getmetatable(a) ~= getmetatable(b) then return false, path .. ": metatables" end
+  for k, v in pairs(a) do
+    local ok, why = same(v, b[k], path .. "." .. tostring(k))
+    if not ok then return false, why end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false, path .. "." .. tostring(k) .. ": missing" end
+  end
+  return true
+end
+
+local function check(json)
+  local want = cjson.decode(json)
+  local got, err = core.decode(json)
+  assert(got ~= nil, err)
+  local ok, why = same(want, got)
+  if not ok then error(why .. " in " .. json:sub(1, 200), 2) end
+end
+
+describe("JSON decoding of cached objects", function()
+  it("makes what lua-cjson makes for every kind of value", function()
+    for _, json in ipairs{
+      '{}', '[]', '""', '0', '-0', '1', '-1', '1.5', '1e3', '1E-3', '-2.5e+10', '123456789012345678',
+      '9007199254740993', '1e400', '-1e400', '4.9e-324', '0.1', 'true', 'false', 'null',
+      '{"a":null,"b":[null,null],"c":{}}', '[[],[[]],{},[{}]]',
+      ' \t\r\n{ "a" : [ 1 , 2 ] , "b" : { } } \n',
+      '{"a":1,"a":2,"b":{"c":1,"c":{"d":3}}}',
+      '"\\" \\\\ \\/ \\b \\f \\n \\r \\t"', '"\\u0000x\\u001f"', '"caf\\u00e9 \\u20ac \\u2028"',
+      '"\\ud83d\\ude00 and \\uD83D\\uDE00"', '"raw é € 😀"', '"a\\u0041b"',
+      '{"\\u006b":1,"k":2}', '{"k":2,"\\u006b":1}', '{"":""}',
+    } do
+      check(json)
+    end
+  end)
+
+  it("sizes big tables right and keeps the last of duplicate keys across batches", function()
+    local parts = {}
+    for i = 1, 1000 do parts[i] = tostring(i) end
+    check("[" .. table.concat(parts, ",") .. "]")
+    parts = {}
+    for i = 1, 300 do parts[i] = ('"k%d":%d'):format(i % 97, i) end
+    check("{" .. table.concat(parts, ",") .. "}")
+    parts = {}
+    for i = 1, 200 do parts[i] = ('{"i":%d,"l":[%d,"%d"]}'):format(i, i, i) end
+    check('{"items":[' .. table.concat(parts, ",") .. '],"n":200}')
+  end)
+
+  it("leaves what is too deep to lua-cjson, with lua-cjson's errors", function()
+    check(("["):rep(150) .. ("]"):rep(150))
+    check(('{"a":'):rep(300) .. "1" .. ("}"):rep(300))
+    local v, err = core.decode(("["):rep(1001) .. ("]"):rep(1001))
+    assert.is_nil(v)
+    assert.matches("too many nested", err)
+    for _, bad in ipairs{ "", "{", "[1,]", '{"a"}', '"\\ud83d"', '"\\x"', "nul", "1 2", "[1]x" } do
+      v, err = core.decode(bad)
+      assert.is_nil(v, bad)
+      assert.is_string(err, bad)
+    end
+  end)
+
+  it("agrees with lua-cjson on 3000 random documents", function()
+    local rng = 20261121
+    local function rand(n) rng = rng * 16807 % 2147483647; return rng % n end
+    local alphabet = { "a", "b", "Z", "0", " ", '"', "\\", "/", "\n", "\t", "\1", "\31", "é",
+                       "€", "😀", "{", "}", "[", "]", ":", "," }
+    local function str()
+      local t = {}
+      for i = 1, rand(12) do t[i] = alphabet[rand(#alphabet) + 1] end
+      return table.concat(t)
+    end
+    local function gen(depth)
+      local k = rand(depth > 3 and 5 or 8)
+      if k == 0 then return str()
+      elseif k == 1 then return rand(2000000) - 1000000
+      elseif k == 2 then return (rand(2000000) - 1000000) / (rand(999) + 1) * 10 ^ (rand(40) - 20)
+      elseif k == 3 then return rand(2) == 0
+      elseif k == 4 then return cjson.null
+      elseif k == 5 or k == 6 then
+        local t = {}
+        for i = 1, rand((k == 5 or depth > 0) and 8 or 90) do t[str() .. i] = gen(depth + 1) end
+        return t
+      else
+        local t = {}
+        for i = 1, rand(depth > 0 and 8 or 80) do t[i] = gen(depth + 1) end
+        return t
+      end
+    end
+    for _ = 1, 3000 do
+      check(cjson.encode(gen(0)))
+    end
+  end)
+end)
