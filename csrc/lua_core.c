@@ -875,6 +875,22 @@ static void new_weak_table(lua_State *L, const void *key, const char *mode)
     kl_rawsetp(L, LUA_REGISTRYINDEX, key);
 }
 
+/* registry[key] = a metatable of read-only lazy tables: __index, __pairs, __newindex, __name. */
+static void new_lazy_metatable(lua_State *L, const void *key, lua_CFunction index,
+                               lua_CFunction pairs, const char *name)
+{
+    lua_createtable(L, 0, 4);
+    lua_pushcfunction(L, index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, pairs);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushcfunction(L, lazy_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "__name");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
 static const luaL_Reg FUNCS[] = {
     {"store", kl_new_store},
     {"delta_fifo", kl_new_fifo},
@@ -924,27 +940,8 @@ int luaopen_kinformer_core(lua_State *L)
     lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
 
-    lua_createtable(L, 0, 4);
-    lua_pushcfunction(L, lazy_index);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, lazy_pairs);
-    lua_setfield(L, -2, "__pairs");
-    lua_pushcfunction(L, lazy_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushstring(L, "kinformer.object");
-    lua_setfield(L, -2, "__name");
-    kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
-
-    lua_createtable(L, 0, 4);
-    lua_pushcfunction(L, lazy_meta_index);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, lazy_meta_pairs);
-    lua_setfield(L, -2, "__pairs");
-    lua_pushcfunction(L, lazy_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushstring(L, "kinformer.metadata");
-    lua_setfield(L, -2, "__name");
-    kl_rawsetp(L, LUA_REGISTRYINDEX, &LAZY_META_KEY);
+    new_lazy_metatable(L, &LAZY_KEY, lazy_index, lazy_pairs, "kinformer.object");
+    new_lazy_metatable(L, &LAZY_META_KEY, lazy_meta_index, lazy_meta_pairs, "kinformer.metadata");
 
     lua_createtable(L, 0, 2);
     lua_pushcfunction(L, lazy_newindex);
