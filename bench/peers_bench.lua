@@ -864,16 +864,18 @@ and growing the thread's malloc arena with `mprotect` (`sysmalloc`); the I/O thr
 0.3 s and the Lua thread 0.1 s. Pagination is a smaller cost: measured apart on this machine
 (`page_size = 1000000`), one page of 100k pods synced in 1.4-1.5 s against 1.6-1.7 s in pages of
 500, and the WatchList rows are within the noise of the paged ones (the fake server itself
-streams WatchList events at about 220k/s, 0.45 s for 100k). Proposed fixes, by expected gain: (1) allocate the
-records of a list from large chunks (say 1 MiB slabs, freed when their last record goes) instead
-of one `malloc` per ~5 KB record, and fault them in in bulk (`MADV_POPULATE_WRITE`, or huge
-pages): this removes the arena growth and most page-fault entries, up to half of the scanner
-thread's time; (2) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's
+streams WatchList events at about 220k/s, 0.45 s for 100k). Fixes, by expected gain: (1) allocate the records
+of a list from large chunks instead of one `malloc` per ~5 KB record. Measured apart (100k
+records of 4.7 KB written on a second thread, as the scanner does): `malloc` 0.35 s, 1 MiB
+`mmap(MAP_POPULATE)` slabs 0.14-0.15 s, so about 0.2 s of the scanner thread's 1 s. Not done: a
+slab is freed only when its last record goes, so once watch events have replaced most records of
+a list, the survivors would hold the list's memory (up to twice the cache) for as long as they
+live, and memory matters more than 0.2 s of a sync; (2) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's
 stage 1) in `kinf_scanner_feed`, which is branch-bound, one byte at a time (bench/README.md,
 issue 3); (3) ask for the next page as soon as the current page's `metadata.continue` is scanned
 (it comes first in the body), so the server prepares it while the current page streams, or use
-WatchList where the server has it. (1) and (2) would bring the scanner thread near the I/O
-thread's 0.3 s, i.e. near 2x of the floor; to be measured.]],
+WatchList where the server has it. (2) is the one left with a large gain: the scan is about half
+of the scanner thread's time.]],
   ["S1-speed"] = [[
 **S1 against client-node (missed where the ratio is under 10x).** The margin is thin at 100k
 pods with managedFields kept (about 10x; client-node takes ~19 s to decode 900 MB into its typed
@@ -889,14 +891,11 @@ them only when read. In the generated pods the kube-controller-manager and kube-
 once per ReplicaSet, the cache would shrink by about a third, to about 1/5 of client-node's (an
 estimate). With stripping, the default, the target is met (about 1/6).]],
   ["S2-rate"] = [[
-**S2 with managedFields kept (missed: about 1.5-2.2x instead of 5x).** In the profile above the
-Lua thread is the bottleneck (80% of the samples): reading `obj.metadata.name` decodes the whole
-`metadata` member, which with managedFields is ~5 KB of nested tables per event (lua5.4, libc's
-`malloc`/`free` and lua-cjson together take about three quarters of all samples). Stripped, the
-same handler meets the target (6-7x at 10k and about 8x at 100k pods). Proposed fix (lua_core.c,
-as in issue 5's analysis): make `metadata` a lazy table of its own, with `name`, `namespace`,
-`uid` and `resourceVersion` served from the record's already parsed meta and the other members
-(managedFields included) decoded on access; the kept case then runs at the stripped rate.]],
+**S2 with managedFields kept.** Until commit 1ca0391 this target was missed (1.5-2.2x): reading
+`obj.metadata.name` decoded the whole `metadata` member, managedFields included. Now `metadata`
+is a lazy table whose name and namespace come from the record and whose other members are
+decoded when read, and cached objects are decoded by kinformer's own decoder: the kept case runs
+near the stripped rate, bounded by the client's scanner thread (see S1 above).]],
   ["S4-rss"] = [[
 **S4, relist peak (missed: about 1.9x instead of 1.2x; client-node about 2.2x).** The reflector
 collects every item of a list (`r->items`, csrc/reflector.c) and replaces the FIFO only when the
