@@ -8,6 +8,10 @@
  * (lua-cjson copies every string into a buffer first), and a table is created at its final size
  * from the members left on the Lua stack (lua-cjson grows every table by rehashing).
  *
+ * For input that is not valid JSON it takes what lua-cjson takes (lua-cjson is lenient with
+ * numbers: "+1", "01", "1."; raw control bytes in strings) and refuses the rest, so kinformer's
+ * core.decode reads any string as lua-cjson would.
+ *
  * It never reports an error itself: on anything it does not expect (malformed input, nesting
  * deeper than MAX_DEPTH, a number strtod does not take whole, e.g. under a locale with a decimal
  * comma, or no room on the Lua stack) it restores the stack and returns 0, and the caller decodes
@@ -289,7 +293,10 @@ static int value(dec *d)
         lua_pushlightuserdata(d->L, NULL); /* cjson.null */
         return 1;
     default:
-        return number(d);
+        /* lua-cjson also takes "+1" and "01"; anything else (".5", "NaN", "0x10") is its call */
+        if (*d->p == '-' || *d->p == '+' || (*d->p >= '0' && *d->p <= '9'))
+            return number(d);
+        return 0;
     }
 }
 

@@ -80,6 +80,22 @@ describe("JSON decoding of cached objects", function()
     end
   end)
 
+  it("takes or refuses what lua-cjson takes or refuses, lenient numbers included", function()
+    for _, s in ipairs{ "+1", "01", "1.", ".5", "-.5", "1e", "1e+", "-", "-0.0e-0", "[01]", "[+1]",
+                        '"a\nb"', '"a\1b"', '"\\u00zz"', "[1,]", '{"a":1,}', "  ", "[1 2]", "tru",
+                        '"\\q"', "-01", "0.e1", "[-]", "NaN", "nan", "Infinity", "-Infinity",
+                        "0x10", "[0x10]", "\f1", "1\f", '{"a" :1 }', "[\v1]" } do
+      local ok, want = pcall(cjson.decode, s)
+      local got, err = core.decode(s)
+      if ok then
+        local same_value, why = same(want, got)
+        assert(same_value, ("%q: %s"):format(s, tostring(why or err)))
+      else
+        assert(got == nil and type(err) == "string", ("%q: lua-cjson refuses it, core.decode gave %s"):format(s, tostring(got)))
+      end
+    end
+  end)
+
   it("agrees with lua-cjson on 3000 random documents", function()
     local rng = 20261121
     local function rand(n) rng = rng * 16807 % 2147483647; return rng % n end
