@@ -9,7 +9,7 @@
  * from the members left on the Lua stack (lua-cjson grows every table by rehashing).
  *
  * For input that is not valid JSON it takes what lua-cjson takes (lua-cjson is lenient with
- * numbers: "+1", "01", "1."; raw control bytes in strings) and refuses the rest, so kinformer's
+ * numbers: "+1", "01", "1."; raw control bytes in strings but NUL) and refuses the rest, so kinformer's
  * core.decode reads any string as lua-cjson would.
  *
  * It never reports an error itself: on anything it does not expect (malformed input, nesting
@@ -93,9 +93,9 @@ static int string(dec *d)
     const unsigned char *s = d->p, *q = s;
     luaL_Buffer b;
 
-    while (q < d->end && *q != '"' && *q != '\\')
+    while (q < d->end && *q != '"' && *q != '\\' && *q != '\0')
         q++;
-    if (q == d->end)
+    if (q == d->end || *q == '\0') /* lua-cjson ends a string at a NUL byte: its call */
         return 0;
     if (*q == '"') {
         lua_pushlstring(d->L, (const char *)s, (size_t)(q - s));
@@ -105,7 +105,7 @@ static int string(dec *d)
     luaL_buffinit(d->L, &b);
     for (;;) {
         luaL_addlstring(&b, (const char *)s, (size_t)(q - s));
-        if (q == d->end)
+        if (q == d->end || *q == '\0')
             return 0;
         if (*q == '"')
             break;
@@ -141,7 +141,7 @@ static int string(dec *d)
         default: return 0;
         }
         s = q;
-        while (q < d->end && *q != '"' && *q != '\\')
+        while (q < d->end && *q != '"' && *q != '\\' && *q != '\0')
             q++;
     }
     luaL_pushresult(&b);
