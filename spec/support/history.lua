@@ -24,9 +24,11 @@ local function rv_of(obj)
   return obj and obj.metadata and obj.metadata.resourceVersion
 end
 
---- history.new{ monotonic = false, resync = seconds, raise = false } -> h
+--- history.new{ monotonic = false, resync = seconds, raise = false, events = true } -> h
 -- h.handler is the table for informer:add_handler (with `resync` when given); with `raise`
--- every handler function raises after recording (a handler that fails on every call).
+-- every handler function raises after recording (a handler that fails on every call). h.events
+-- lists every call ("add ns/name", ...) unless `events = false`: a long run (the soak) must not
+-- grow its own memory with every notification.
 function _M.new(opts)
   opts = opts or {}
   local h = setmetatable({ live = {}, problems = {}, events = {},
@@ -36,6 +38,7 @@ function _M.new(opts)
     h.problems[#h.problems + 1] = msg
   end
   local raise = opts.raise
+  local record = opts.events ~= false
   h.handler = {
     resync = opts.resync,
     on_add = function(obj, initial)
@@ -44,7 +47,7 @@ function _M.new(opts)
       h.live[k] = rv_of(obj)
       h.adds = h.adds + 1
       if initial then h.initial_adds = h.initial_adds + 1 end
-      h.events[#h.events + 1] = "add " .. k
+      if record then h.events[#h.events + 1] = "add " .. k end
       if raise then error("handler raises on add " .. k) end
     end,
     on_update = function(old, new)
@@ -63,7 +66,7 @@ function _M.new(opts)
       end
       h.live[k] = rv
       h.updates = h.updates + 1
-      h.events[#h.events + 1] = "update " .. k
+      if record then h.events[#h.events + 1] = "update " .. k end
       if raise then error("handler raises on update " .. k) end
     end,
     on_delete = function(obj)
@@ -72,7 +75,7 @@ function _M.new(opts)
       h.live[k] = nil
       h.deletes = h.deletes + 1
       if kinformer.is_tombstone(obj) then h.tombstones = h.tombstones + 1 end
-      h.events[#h.events + 1] = "delete " .. k
+      if record then h.events[#h.events + 1] = "delete " .. k end
       if raise then error("handler raises on delete " .. k) end
     end,
   }
