@@ -82,6 +82,7 @@ local ok, err = pcall(function()
     if t >= next_sample then
       collectgarbage("collect")
       samples[#samples + 1] = { t = t - t0, rss = status_field("VmRSS"), fds = fd_count(),
+                                lua_kb = collectgarbage("count"),
                                 threads = status_field("Threads"),
                                 queue = pods:status().queue_length }
       next_sample = t + SAMPLE_EVERY
@@ -149,7 +150,10 @@ local ok, err = pcall(function()
   end
   if last.threads > first.threads then failures[#failures + 1] = "threads leaked" end
   if os.getenv("SOAK_TRACE") then
-    for _, s in ipairs(samples) do print(string.format("t=%.0f rss=%d fds=%d threads=%d queue=%d", s.t, s.rss, s.fds, s.threads, s.queue)) end
+    for _, s in ipairs(samples) do
+      print(string.format("t=%.0f rss=%d lua_heap=%.0f fds=%d threads=%d queue=%d", s.t, s.rss,
+        s.lua_kb, s.fds, s.threads, s.queue))
+    end
   end
   if #failures > 0 then error(table.concat(failures, "; "), 0) end
   print("soak: PASS")
