@@ -176,16 +176,23 @@ static void link_table(lua_State *L, int ti, int bi)
 
 /* ---- records -> tables ---- */
 
-/* Pushes the whole record decoded. Raises on a decoding failure (records are valid JSON). */
-static void decode_record(lua_State *L, kinf_object *obj)
+/* Pushes json[0..len) decoded (kl_decode, else lua-cjson). Raises naming `what` of record key on
+ * a decoding failure, which valid records never give. */
+static void decode_or_raise(lua_State *L, const char *json, size_t len, const char *what,
+                            const char *key)
 {
-    if (kl_decode(L, obj->json, obj->json_len))
+    if (kl_decode(L, json, len))
         return;
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
-    lua_pushlstring(L, obj->json, obj->json_len);
+    lua_pushlstring(L, json, len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        luaL_error(L, "kinformer: cannot decode the record of %s: %s", obj->key,
-                   lua_tostring(L, -1));
+        luaL_error(L, "kinformer: cannot decode %s of %s: %s", what, key, lua_tostring(L, -1));
+}
+
+/* Pushes the whole record decoded. */
+static void decode_record(lua_State *L, kinf_object *obj)
+{
+    decode_or_raise(L, obj->json, obj->json_len, "the record", obj->key);
 }
 
 void kl_push_decoded(lua_State *L, kinf_object *obj)
@@ -294,13 +301,7 @@ static int find_member(box *b, const char *k, size_t klen, kinf_str *v)
 /* Pushes b's JSON decoded whole. Raises on a decoding failure (records are valid JSON). */
 static void decode_span(lua_State *L, const box *b, const char *what)
 {
-    if (kl_decode(L, b->json, b->json_len))
-        return;
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
-    lua_pushlstring(L, b->json, b->json_len);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        luaL_error(L, "kinformer: cannot decode %s of %s: %s", what, b->obj->key,
-                   lua_tostring(L, -1));
+    decode_or_raise(L, b->json, b->json_len, what, b->obj->key);
 }
 
 /* Pushes the value of member k, span v. */
@@ -311,13 +312,7 @@ static void push_member(lua_State *L, const box *b, const char *k, kinf_str v)
         lua_pushlstring(L, v.ptr + 1, v.len - 2);
         return;
     }
-    if (kl_decode(L, v.ptr, v.len))
-        return;
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
-    lua_pushlstring(L, v.ptr, v.len);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        luaL_error(L, "kinformer: cannot decode %s of %s: %s", k, b->obj->key,
-                   lua_tostring(L, -1));
+    decode_or_raise(L, v.ptr, v.len, k, b->obj->key);
 }
 
 /* Decodes b's whole JSON into table t: every member not read yet. */
