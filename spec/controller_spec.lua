@@ -266,6 +266,25 @@ local function lease(srv)
   end
 end
 
+-- A sample cluster (each replica with its own basic-auth user) and two replicas: "a" leading,
+-- "b" following it, the ConfigMaps converged. All three are stopped when the test ends.
+local function start_two_replicas()
+  local srv = fake.start{ args = { "--sample-cluster", "--basic-auth", "replica-a:pw-a",
+    "--basic-auth", "replica-b:pw-b" }, quiet = true }
+  local r = {}
+  finally(function()
+    if r.a then r.a:cleanup() end
+    if r.b then r.b:cleanup() end
+    srv:stop()
+  end)
+  r.a = start_replica(srv, "a", { user = "replica-a", password = "pw-a" })
+  assert.truthy(r.a:wait_for("leading"), r.a:output())
+  r.b = start_replica(srv, "b", { user = "replica-b", password = "pw-b" })
+  assert.truthy(r.b:wait_for("leader", { leader = "a" }), r.b:output())
+  assert_converges(srv, 10, r.a:output())
+  return srv, r.a, r.b
+end
+
 describe("examples/controller.lua", function()
   it("converges after churn, repairs edits, writes nothing when nothing changed, exits on SIGTERM",
     function()
@@ -342,19 +361,7 @@ describe("examples/controller.lua", function()
 
   it("runs as two replicas: only the leader writes; SIGTERM hands over at the next attempt",
     function()
-    local srv = fake.start{ args = { "--sample-cluster", "--basic-auth", "replica-a:pw-a",
-      "--basic-auth", "replica-b:pw-b" }, quiet = true }
-    local a, b
-    finally(function()
-      if a then a:cleanup() end
-      if b then b:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "a", { user = "replica-a", password = "pw-a" })
-    assert.truthy(a:wait_for("leading"), a:output())
-    b = start_replica(srv, "b", { user = "replica-b", password = "pw-b" })
-    assert.truthy(b:wait_for("leader", { leader = "a" }), b:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a, b = start_two_replicas()
 
     srv:churn(40)
     socket.sleep(2.5)
@@ -389,19 +396,7 @@ describe("examples/controller.lua", function()
   end)
 
   it("after kill -9 of the leader the other replica takes over once the lease expired", function()
-    local srv = fake.start{ args = { "--sample-cluster", "--basic-auth", "replica-a:pw-a",
-      "--basic-auth", "replica-b:pw-b" }, quiet = true }
-    local a, b
-    finally(function()
-      if a then a:cleanup() end
-      if b then b:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "a", { user = "replica-a", password = "pw-a" })
-    assert.truthy(a:wait_for("leading"), a:output())
-    b = start_replica(srv, "b", { user = "replica-b", password = "pw-b" })
-    assert.truthy(b:wait_for("leader", { leader = "a" }), b:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a, b = start_two_replicas()
     socket.sleep(RETRY * 2) -- b has seen a renew the lease at least once
 
     local t_kill = socket.gettime()
