@@ -266,6 +266,21 @@ local function lease(srv)
   end
 end
 
+-- A sample cluster and one replica "solo", leading, the ConfigMaps converged; both stopped when
+-- the test ends (as is a replica the test puts in held.a instead).
+local function start_solo()
+  local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
+  local r = {}
+  finally(function()
+    if r.a then r.a:cleanup() end
+    srv:stop()
+  end)
+  r.a = start_replica(srv, "solo")
+  assert.truthy(r.a:wait_for("leading"), r.a:output())
+  assert_converges(srv, 10, r.a:output())
+  return srv, r.a, r
+end
+
 -- A sample cluster (each replica with its own basic-auth user) and two replicas: "a" leading,
 -- "b" following it, the ConfigMaps converged. All three are stopped when the test ends.
 local function start_two_replicas()
@@ -288,15 +303,7 @@ end
 describe("examples/controller.lua", function()
   it("converges after churn, repairs edits, writes nothing when nothing changed, exits on SIGTERM",
     function()
-    local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
-    local a
-    finally(function()
-      if a then a:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "solo")
-    assert.truthy(a:wait_for("leading"), a:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a, held = start_solo()
 
     -- Churn (readiness flips, relabels, replacements), plus changes of our own: a new
     -- namespace with an app, the managed ConfigMap of shop edited and the one of payments deleted
@@ -353,6 +360,7 @@ describe("examples/controller.lua", function()
     srv:clear_requests()
     a:cleanup()
     a = start_replica(srv, "solo-2")
+    held.a = a
     assert.truthy(a:wait_for("leading"), a:output())
     socket.sleep(1)
     assert.same({}, cm_writes(srv))
@@ -427,15 +435,7 @@ describe("examples/controller.lua", function()
   end)
 
   it("retries a 409 Conflict through the queue", function()
-    local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
-    local a
-    finally(function()
-      if a then a:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "solo")
-    assert.truthy(a:wait_for("leading"), a:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a = start_solo()
 
     srv:fault{ method = "PUT", path = "^/api/v1/namespaces/shop/configmaps/ready-pods$",
                action = { status = 409, message = "the object has been modified" } }
@@ -461,15 +461,7 @@ describe("examples/controller.lua", function()
   end)
 
   it("loses no item through an outage of ConfigMap writes (retries with backoff)", function()
-    local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
-    local a
-    finally(function()
-      if a then a:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "solo")
-    assert.truthy(a:wait_for("leading"), a:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a = start_solo()
 
     -- Every write fails for 3 s, each verb its own way; meanwhile one change per verb. Nothing
     -- else happens afterwards: only the queue's retries can bring the ConfigMaps up to date.
@@ -498,15 +490,7 @@ describe("examples/controller.lua", function()
 
   it("a full outage longer than renew_deadline: steps down, leads again, rechecks everything",
     function()
-    local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
-    local a
-    finally(function()
-      if a then a:cleanup() end
-      srv:stop()
-    end)
-    a = start_replica(srv, "solo")
-    assert.truthy(a:wait_for("leading"), a:output())
-    assert_converges(srv, 10, a:output())
+    local srv, a = start_solo()
 
     -- Every request but the open watches fails (the Lease too): after renew_deadline the
     -- leader stops leading and drops its items. Changes made meanwhile are found when it leads
