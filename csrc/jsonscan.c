@@ -171,6 +171,7 @@ struct kinf_scanner {
     /* list */
     size_t items;
     int has_items;
+    int lmeta_done;             /* the list's "metadata" object is complete */
     int inj_kind, inj_av;
     char pfx_kind[PFX_CAP], pfx_av[PFX_CAP];
     size_t pfx_kind_len, pfx_av_len;
@@ -746,6 +747,7 @@ static kinf_err value_begin_hook(kinf_scanner *s, frame *fr, const unsigned char
             *nrole = R_ANNOT;
         break;
     case V_LMETA:
+        s->lmeta_done = 0;
         if (c == '{')
             *nrole = R_LMETA;
         break;
@@ -998,6 +1000,9 @@ static kinf_err pop_hook(kinf_scanner *s, const frame *f, const unsigned char *p
             return s->err;
         if (s->mode == KINF_SCAN_LIST)
             return item_done(s);
+        return KINF_OK;
+    case R_LMETA:
+        s->lmeta_done = 1;
         return KINF_OK;
     case R_META:
         if (s->strip_first_pending) {
@@ -1647,6 +1652,7 @@ void kinf_scanner_reset(kinf_scanner *s, kinf_scan_mode mode)
     s->have_type = s->have_object = 0;
     s->items = 0;
     s->has_items = 0;
+    s->lmeta_done = 0;
     s->inj_kind = s->inj_av = 0;
     s->cause_rv = s->cause_msg = 0;
     s->strip_first_pending = 0;
@@ -1690,6 +1696,17 @@ void kinf_scanner_free(kinf_scanner *s)
         return;
     free(s->obuf);
     free(s);
+}
+
+int kinf_scanner_list_continue(const kinf_scanner *s, kinf_str *out)
+{
+    const sink *k = &s->sk[V_LCONT];
+    if (s->mode != KINF_SCAN_LIST || !s->lmeta_done || s->err != KINF_OK || k->over ||
+        k->len == 0)
+        return 0;
+    out->ptr = k->buf;
+    out->len = k->len;
+    return 1;
 }
 
 const char *kinf_scanner_error(const kinf_scanner *s)

@@ -161,6 +161,14 @@ kinf_err kinf_scanner_feed(kinf_scanner *s, const char *buf, size_t len);
  * finish returns KINF_OK without calling back, until reset. */
 kinf_err kinf_scanner_finish(kinf_scanner *s);
 
+/* List mode, between feeds: 1 and *out = metadata.continue once the list's
+ * "metadata" object is complete and holds a non-empty continue (API servers
+ * send it before "items", so a client can ask for the next page while the
+ * items are still being scanned); 0 until then, after an error, in watch mode.
+ * Provisional: a later duplicate "metadata" member may change what
+ * on_list_end reports, which is final. *out is valid until the next feed. */
+int kinf_scanner_list_continue(const kinf_scanner *s, kinf_str *out);
+
 /* Message for the last error ("" when none). Valid until the next call. */
 const char *kinf_scanner_error(const kinf_scanner *s);
 

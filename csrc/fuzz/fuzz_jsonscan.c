@@ -58,6 +58,9 @@ typedef struct run {
     size_t n, cap;
     kinf_err err;
     char msg[400];
+    char early[KINF_SCAN_MAX_CONTINUE]; /* kinf_scanner_list_continue after the last feed */
+    size_t early_len;
+    int have_early;
 } run;
 
 static void meta_ser(buf *b, const kinf_scan_item *it)
@@ -105,6 +108,9 @@ static kinf_err on_item(void *ud, const kinf_scan_item *it)
 static kinf_err on_end(void *ud, const kinf_scan_list_end *e)
 {
     run *r = ud;
+    if (r->have_early && (e->continue_.len != r->early_len ||
+                          memcmp(e->continue_.ptr, r->early, r->early_len) != 0))
+        DIE("on_list_end's continue differs from kinf_scanner_list_continue's");
     buf_add(&r->log, "E", 1);
     buf_str(&r->log, e->kind);
     buf_str(&r->log, e->api_version);
@@ -136,6 +142,22 @@ static uint32_t rng(uint32_t *s)
     *s ^= *s >> 17;
     *s ^= *s << 5;
     return *s;
+}
+
+/* kinf_scanner_list_continue between feeds: list mode only, a bounded non-empty token, which
+ * on_list_end must report if nothing changes it before the end. */
+static void early_check(kinf_scanner *s, kinf_scan_mode mode, kinf_err e, run *r)
+{
+    kinf_str tok;
+    r->have_early = kinf_scanner_list_continue(s, &tok);
+    if (!r->have_early)
+        return;
+    if (mode != KINF_SCAN_LIST || e != KINF_OK)
+        DIE("a continue token outside a good list");
+    if (tok.len == 0 || tok.len > sizeof r->early)
+        DIE("continue token length out of bounds");
+    memcpy(r->early, tok.ptr, tok.len);
+    r->early_len = tok.len;
 }
 
 /* chunking: 0 whole, 1 one byte at a time, 2 random sizes from seed */
@@ -175,6 +197,7 @@ static void do_run(kinf_scan_mode mode, unsigned flags, size_t max, const uint8_
         e = kinf_scanner_feed(s, chunk, k);
         free(chunk);
         pos += k;
+        early_check(s, mode, e, r);
     }
     if (e == KINF_OK)
         e = kinf_scanner_finish(s);

@@ -648,6 +648,100 @@ static void test_list_streams_items(void)
     free(body);
 }
 
+/* Feeds body one byte at a time; after each byte, kinf_scanner_list_continue must give `token`
+ * exactly when the first `ready` bytes have been fed (ready 0: never). Returns the scanner. */
+static kinf_scanner *feed_checking_continue(kinf_scan_mode mode, const char *body, size_t ready,
+                                            const char *token)
+{
+    kinf_err e;
+    kinf_scanner *s = kinf_scanner_new(mode, NULL, &e);
+    kinf_str got;
+    CHECK(s != NULL);
+    CHECK(kinf_scanner_list_continue(s, &got) == 0);
+    for (size_t i = 0; body[i]; i++) {
+        int want = ready > 0 && i + 1 >= ready, have;
+        CHECK(kinf_scanner_feed(s, body + i, 1) == KINF_OK);
+        have = kinf_scanner_list_continue(s, &got);
+        if (have != want)
+            fprintf(stderr, "    after %zu bytes: %d, want %d\n", i + 1, have, want);
+        CHECK(have == want);
+        if (have)
+            CHECK(got.len == strlen(token) && memcmp(got.ptr, token, got.len) == 0);
+    }
+    return s;
+}
+
+static kinf_err check_end_continue(void *ud, const kinf_scan_list_end *e)
+{
+    const char *want = ud;
+    CHECK(e->continue_.len == strlen(want) && memcmp(e->continue_.ptr, want, e->continue_.len) == 0);
+    return KINF_OK;
+}
+
+static void test_list_continue_early(void)
+{
+    /* The token is there once the list's metadata object closes, before the items. */
+    char *body = J("{'kind':'PodList','metadata':{'continue':'t\\u00e9k','resourceVersion':'7'},"
+                   "'items':[{'metadata':{'name':'a','continue':'not-this'}}]}");
+    kinf_scanner *s =
+        feed_checking_continue(L, body, (size_t)(strstr(body, "},") - body) + 1, "t\xc3\xa9k");
+    kinf_str got;
+    CHECK(kinf_scanner_finish(s) == KINF_OK);
+    kinf_scanner_reset(s, L);
+    CHECK(kinf_scanner_list_continue(s, &got) == 0);
+    kinf_scanner_free(s);
+    free(body);
+
+    /* No continue, an empty one, metadata that is not an object, a watch stream: never. */
+    const char *never[] = {"{'kind':'PodList','metadata':{'resourceVersion':'7'},'items':[]}",
+                           "{'kind':'PodList','metadata':{'continue':''},'items':[]}",
+                           "{'kind':'PodList','metadata':'x','items':[]}"};
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+        body = J(never[i]);
+        kinf_scanner_free(feed_checking_continue(L, body, 0, ""));
+        free(body);
+    }
+    body = J("{'type':'ADDED','object':{'metadata':{'name':'a','continue':'c'}}}\n");
+    kinf_scanner_free(feed_checking_continue(W, body, 0, ""));
+    free(body);
+
+    /* A second "metadata" member: nothing while it is open, then its token, which is also
+     * the one on_list_end reports. */
+    body = J("{'metadata':{'continue':'one'},'items':[],'metadata':{'continue':'two'}}");
+    {
+        const char *second = strstr(body, "],") + 2;
+        size_t open = (size_t)(strchr(second, '{') - body) + 1, close = strlen(body) - 1;
+        kinf_scan_options o = {NULL, check_end_continue, "two", 0, 0};
+        kinf_err e;
+        s = kinf_scanner_new(L, &o, &e);
+        CHECK(s != NULL);
+        for (size_t i = 0; body[i]; i++) {
+            int want = (i + 1 >= (size_t)(strchr(body, '}') - body) + 1 && i + 1 < open) ||
+                       i + 1 >= close;
+            const char *tok = i + 1 >= close ? "two" : "one";
+            CHECK(kinf_scanner_feed(s, body + i, 1) == KINF_OK);
+            CHECK(kinf_scanner_list_continue(s, &got) == want);
+            if (want)
+                CHECK(got.len == 3 && memcmp(got.ptr, tok, 3) == 0);
+        }
+        CHECK(kinf_scanner_finish(s) == KINF_OK);
+        kinf_scanner_free(s);
+    }
+    free(body);
+
+    /* After an error: nothing. */
+    body = J("{'metadata':{'continue':'c'},'items':[x]}");
+    {
+        kinf_err e;
+        s = kinf_scanner_new(L, NULL, &e);
+        CHECK(s != NULL);
+        CHECK(kinf_scanner_feed(s, body, strlen(body)) == KINF_EPARSE);
+        CHECK(kinf_scanner_list_continue(s, &got) == 0);
+        kinf_scanner_free(s);
+    }
+    free(body);
+}
+
 /* ---- malformed input ------------------------------------------------------ */
 
 static void test_malformed_watch(void)
@@ -997,7 +1091,7 @@ TEST_MAIN(TEST(test_watch_basic), TEST(test_watch_key_order_whitespace), TEST(te
           TEST(test_strip_managed_fields), TEST(test_list_basic),
           TEST(test_list_metadata_after_items), TEST(test_list_inject_variants),
           TEST(test_list_empty_and_null_items), TEST(test_list_status_body),
-          TEST(test_list_streams_items), TEST(test_malformed_watch), TEST(test_malformed_list),
+          TEST(test_list_streams_items), TEST(test_list_continue_early), TEST(test_malformed_watch), TEST(test_malformed_list),
           TEST(test_depth_bomb), TEST(test_too_big), TEST(test_meta_too_long),
           TEST(test_20mb_object), TEST(test_callback_error_and_reentry), TEST(test_api_misuse),
           TEST(test_status_parse))
