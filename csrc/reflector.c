@@ -30,9 +30,23 @@
  * (io_detach), whose mutex orders the accesses. While a transfer runs, the one thing the I/O
  * thread reads is the atomic scan_failed, to abort a transfer whose body is bad.
  *
+ * Pipelined pages: when a list page's transfer ends and the scanner has already seen the page's
+ * metadata.continue (API servers send it before the items; publish_continue hands it over under
+ * mu, tagged with the page's number), io_done asks for the next page at once instead of waiting
+ * for the scanner to finish this one: it queues a marker (page_end) behind the page's last bytes
+ * and starts the next transfer without touching the [scan] fields. The pipe keeps the order
+ * (page N's bytes, page_end, page N+1's bytes); page_end, on the scanner thread, finishes page N
+ * as list_done would and resets the scanner for page N+1. Without this every page boundary
+ * drained the pipeline: the I/O thread waited for the scanner, then the scanner waited for the
+ * next page's first bytes. If page N turns out bad in page_end (its end is malformed, or a
+ * second "metadata" member changed the token after it was used), page N+1's transfer is aborted
+ * and list_done reports page N's error (early_page_failed): the list fails and starts over, as
+ * it would have unpipelined; the requests made hold one more, for page N+1.
+ *
  * Test mode (kinf_reflector_test_*, reflector.h): begin_transfer records the request instead of
  * making it, and the test's bytes go through take_body and scan_chunk on its own thread; the
- * rest (list_done, watch_done, the FIFO) is the code above, unchanged.
+ * rest (list_done, watch_done, the FIFO) is the code above, unchanged, pipelined pages included
+ * (page_end runs at once: the page was scanned as its bytes came).
  */
 #include "reflector.h"
 
@@ -93,8 +107,16 @@ struct kinf_reflector {
     size_t nitems, capitems;  /* [scan] */
     kinf_map initial_keys;    /* [scan] WatchList: key -> index + 1 in items */
     char list_rv[RV_SIZE];    /* rv requested by the first page of this list */
-    char page_rv[RV_SIZE];    /* rv the server reported (on_list_end, after the flush) */
-    char *continue_token;
+    char page_rv[RV_SIZE];    /* [scan] rv the server reported (on_list_end) */
+    char *continue_token;     /* [scan] while a pipelined page is in flight (page_end sets it) */
+    char *early_continue;     /* [mu] a page's continue token, as soon as it was scanned */
+    unsigned long early_page; /* [mu] the page it is of (scan_page) */
+    unsigned long io_page;    /* the list page being received (counts pages) */
+    unsigned long scan_page;  /* [scan] the list page being scanned */
+    char *pub_token;          /* [scan] what publish_continue last published (NULL: nothing) */
+    char *requested_continue; /* [scan] the token the pipelined next page was asked with */
+    int early_page_failed;    /* [scan] the page before the one in flight failed in page_end */
+    long page_http_code;      /* that page's status code */
     int full_list;            /* the continuation expired: one unpaginated list at list_rv */
     int paginated;            /* the server paginated a list before */
     int rv_unavailable;       /* next list with resourceVersion="" */
@@ -368,6 +390,9 @@ void kinf_reflector_free(kinf_reflector *r)
     kinf_reflector_stop(r);
     drop_items(r);
     free(r->continue_token);
+    free(r->early_continue);
+    free(r->requested_continue);
+    free(r->pub_token);
     free(r->errbody);
     free(r->test_query);
     kinf_scanner_free(r->list_scanner);
@@ -479,6 +504,97 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     return len;
 }
 
+static char *dup_span(const char *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s != NULL) {
+        memcpy(s, p, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+/* Scanner thread, after each chunk of a list page: keeps early_continue equal to what the
+ * scanner knows of the page's continue token (kinf_scanner_list_continue), for
+ * pipelined_next_page. Mirroring the scanner rather than publishing once makes what io_done
+ * finds depend on the bytes scanned, not on how they were chunked. */
+static void publish_continue(kinf_reflector *r)
+{
+    kinf_str tok;
+    char *copy = NULL, *mine = NULL;
+    /* A NUL byte: on_list_end refuses the page; publish nothing. */
+    int have = kinf_scanner_list_continue(r->scanner, &tok) && !memchr(tok.ptr, '\0', tok.len);
+
+    if (have ? r->pub_token != NULL && strlen(r->pub_token) == tok.len &&
+                   memcmp(r->pub_token, tok.ptr, tok.len) == 0
+             : r->pub_token == NULL)
+        return; /* unchanged */
+    if (have && ((mine = dup_span(tok.ptr, tok.len)) == NULL ||
+                 (copy = dup_span(tok.ptr, tok.len)) == NULL)) {
+        free(mine); /* out of memory: nothing published (io_done takes the flushed path) */
+        mine = NULL;
+    }
+    free(r->pub_token);
+    r->pub_token = mine;
+    pthread_mutex_lock(&r->mu);
+    free(r->early_continue);
+    r->early_continue = copy;
+    r->early_page = r->scan_page;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The continue token the scanner published for the page being received, or NULL. */
+static char *take_early_continue(kinf_reflector *r)
+{
+    char *token;
+    pthread_mutex_lock(&r->mu);
+    token = r->early_continue;
+    if (token != NULL && r->early_page != r->io_page) {
+        free(token); /* published for an earlier page after its io_done looked */
+        token = NULL;
+    }
+    r->early_continue = NULL;
+    pthread_mutex_unlock(&r->mu);
+    return token;
+}
+
+/* Scanner thread: the marker pipelined_next_page queues behind a list page's last bytes.
+ * Finishes the page as list_done would (on_list_end: page_rv, continue_token) and readies the
+ * scanner for the next page. A page that fails here fails the list: scan_failed aborts the next
+ * page's transfer and list_done reports this page's error. */
+static void page_end(void *target, const char *buf, size_t len)
+{
+    kinf_reflector *r = target;
+    kinf_err err = r->scan_err;
+
+    (void)buf;
+    (void)len;
+    if (err == KINF_OK) {
+        err = kinf_scanner_finish(r->scanner);
+        if (err != KINF_OK && !r->scan_msg[0])
+            snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
+    }
+    if (err == KINF_OK &&
+        (r->continue_token == NULL || strcmp(r->continue_token, r->requested_continue) != 0)) {
+        err = KINF_EPARSE;
+        snprintf(r->scan_msg, sizeof(r->scan_msg),
+                 "the list's metadata.continue changed after the next page was asked for with "
+                 "it (a second \"metadata\" member)");
+    }
+    free(r->requested_continue);
+    r->requested_continue = NULL;
+    if (err != KINF_OK) {
+        r->scan_err = err;
+        r->early_page_failed = 1;
+        atomic_store_explicit(&r->scan_failed, 1, memory_order_relaxed);
+        return;
+    }
+    kinf_scanner_reset(r->scanner, KINF_SCAN_LIST);
+    free(r->pub_token);
+    r->pub_token = NULL;
+    r->scan_page++;
+}
+
 /* Scanner thread: the next bytes of r's 2xx body (pipe callback). */
 static void scan_chunk(void *target, const char *buf, size_t len)
 {
@@ -495,6 +611,8 @@ static void scan_chunk(void *target, const char *buf, size_t len)
         if (!r->scan_msg[0])
             snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
         atomic_store_explicit(&r->scan_failed, 1, memory_order_relaxed);
+    } else if (r->scanner == r->list_scanner) {
+        publish_continue(r);
     }
     if (r->pub_any) {
         /* Watch status once per chunk, not per event: one lock and one rv copy. */
@@ -553,11 +671,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     return take_body(r, data, size * nmemb);
 }
 
-static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_scan_mode mode)
+/* The handle for a request (NULL in test mode, where the test gets the query instead). */
+static kinf_err new_request(kinf_reflector *r, const char *path_query, CURL **easy)
 {
     char msg[512];
-    CURL *easy = NULL;
 
+    *easy = NULL;
     if (r->test_mode) {
         char *q = strdup(path_query);
         if (q == NULL) {
@@ -566,17 +685,26 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
         }
         free(r->test_query);
         r->test_query = q;
-    } else {
-        easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
-        if (easy == NULL) {
-            record_error(r, 0, NULL, "%s", msg);
-            return KINF_ENOMEM;
-        }
+        return KINF_OK;
     }
+    *easy = kinf_client_easy(r->client, path_query, r, msg, sizeof(msg));
+    if (*easy == NULL) {
+        record_error(r, 0, NULL, "%s", msg);
+        return KINF_ENOMEM;
+    }
+    return KINF_OK;
+}
+
+static kinf_err add_transfer(kinf_reflector *r, CURL *easy);
+
+static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_scan_mode mode)
+{
+    CURL *easy;
+    kinf_err err = new_request(r, path_query, &easy);
+
+    if (err != KINF_OK)
+        return err;
     kinf_scanner_reset(r->scanner, mode);
-    r->http_code = 0;
-    r->retry_after = 0;
-    r->errlen = 0;
     /* No byte of this transfer is queued yet and the previous one was flushed or cancelled:
      * the [scan] fields are ours here. */
     r->scan_err = KINF_OK;
@@ -584,8 +712,24 @@ static kinf_err begin_transfer(kinf_reflector *r, const char *path_query, kinf_s
     r->ev_error = 0;
     r->pub_events = 0;
     r->pub_any = 0;
-    r->pipe_err = KINF_OK;
+    r->early_page_failed = 0;
+    free(r->requested_continue);
+    r->requested_continue = NULL;
+    free(r->pub_token);
+    r->pub_token = NULL;
+    r->scan_page = ++r->io_page;
+    free(take_early_continue(r)); /* published after the last io_done looked */
     atomic_store_explicit(&r->scan_failed, 0, memory_order_relaxed);
+    return add_transfer(r, easy);
+}
+
+/* Starts easy (I/O fields only: a pipelined page's scanner state is the scanner thread's). */
+static kinf_err add_transfer(kinf_reflector *r, CURL *easy)
+{
+    r->http_code = 0;
+    r->retry_after = 0;
+    r->errlen = 0;
+    r->pipe_err = KINF_OK;
     if (r->test_mode)
         return KINF_OK; /* the test plays the response (kinf_reflector_test_response) */
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
@@ -747,17 +891,75 @@ static void start_list(kinf_reflector *r)
         schedule_backoff(r, NEXT_LIST, 0);
 }
 
+static void page_query(query *q, const kinf_reflector *r, const char *token)
+{
+    char limit[32];
+    q_start(q, r);
+    snprintf(limit, sizeof(limit), "%zu", r->page_size);
+    q_param(q, "limit", limit);
+    q_param(q, "continue", token);
+}
+
 static void next_page(kinf_reflector *r)
 {
     query q;
-    char limit[32];
-    q_start(&q, r);
-    snprintf(limit, sizeof(limit), "%zu", r->page_size);
-    q_param(&q, "limit", limit);
-    q_param(&q, "continue", r->continue_token);
+    page_query(&q, r, r->continue_token);
     r->paginated = 1;
     if (begin_query(r, &q, KINF_SCAN_LIST) != KINF_OK)
         schedule_backoff(r, NEXT_LIST, 0);
+}
+
+/* page_end behind the page's last bytes (test mode scans each body as it comes: at once). */
+static kinf_err queue_page_end(kinf_reflector *r)
+{
+    if (r->test_mode) {
+        page_end(r, NULL, 0);
+        return KINF_OK;
+    }
+    return kinf_pipe_write(r->pipe, page_end, r, "", 1);
+}
+
+/* io_done of a list page: when the page ended well and the scanner already published its
+ * continue token, asks for the next page now, with page_end queued between the two pages (see
+ * the top of the file). Returns 0 when io_done must take the ordinary path (flush, list_done). */
+static int pipelined_next_page(kinf_reflector *r, CURLcode result)
+{
+    char *token = take_early_continue(r);
+    CURL *easy;
+    query q;
+
+    if (token == NULL)
+        return 0;
+    if (r->phase != PH_LIST || result != CURLE_OK || r->http_code < 200 || r->http_code >= 300 ||
+        r->pipe_err != KINF_OK || r->full_list ||
+        atomic_load_explicit(&r->scan_failed, memory_order_relaxed)) {
+        free(token);
+        return 0;
+    }
+    page_query(&q, r, token);
+    if (q.s == NULL || new_request(r, q.s, &easy) != KINF_OK) {
+        free(q.s);
+        free(token);
+        return 0;
+    }
+    free(q.s);
+    /* page_end reads it; it runs after the write below (the pipe's mutex orders the two). */
+    r->requested_continue = token;
+    if (queue_page_end(r) != KINF_OK) {
+        r->requested_continue = NULL;
+        free(token);
+        kinf_client_remove(r->client, easy);
+        return 0;
+    }
+    r->page_http_code = r->http_code;
+    r->paginated = 1;
+    r->io_page++; /* page_end moves scan_page on likewise */
+    if (add_transfer(r, easy) != KINF_OK) {
+        kinf_pipe_flush(r->pipe, r); /* page_end has run: the [scan] fields are ours */
+        drop_items(r);
+        schedule_backoff(r, NEXT_LIST, 0);
+    }
+    return 1;
 }
 
 static void start_watch(kinf_reflector *r);
@@ -806,6 +1008,15 @@ static void list_done(kinf_reflector *r, CURLcode result)
      * held: with selectors a page can be empty and still carry a token). */
     int continuation = r->continue_token != NULL && !r->full_list;
 
+    if (r->early_page_failed) {
+        /* The page before this one failed in page_end: its error is the list's. */
+        record_error(r, (int)r->page_http_code, NULL, "list %s: bad response: %s", r->path,
+                     r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
+        drop_items(r);
+        r->full_list = 0;
+        schedule_backoff(r, NEXT_LIST, 0);
+        return;
+    }
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
         record_error(r, 0, NULL, "list %s: %s", r->path, r->xfer_msg);
         drop_items(r);
@@ -1196,6 +1407,8 @@ void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result)
         kinf_client_transfer_error(r->client, easy, result, r->xfer_msg, sizeof(r->xfer_msg));
     kinf_client_remove(r->client, easy);
     r->easy = NULL;
+    if (pipelined_next_page(r, result))
+        return;
     /* The body's last bytes may still be queued: the [scan] fields are ours after this. */
     kinf_pipe_flush(r->pipe, r);
     transfer_done(r, result);
@@ -1264,5 +1477,6 @@ void kinf_reflector_test_end(kinf_reflector *r, CURLcode result, double lasted)
     snprintf(r->xfer_msg, sizeof(r->xfer_msg), "%s",
              result != CURLE_OK ? curl_easy_strerror(result) : "");
     r->watch_started = now_mono() - lasted;
-    transfer_done(r, result);
+    if (!pipelined_next_page(r, result))
+        transfer_done(r, result);
 }

@@ -203,6 +203,35 @@ describe("reflector", function()
     assert.is_nil(l[3].continue)
   end)
 
+  it("a continuation page that turns out bad after its metadata fails the list, however far the next page got", function()
+    -- The reflector asks for page 3 as soon as page 2's transfer ends if it has already scanned
+    -- page 2's continue token (pipelined pages); page 2's truncated body is only found bad at its
+    -- end. Either way page 2's error is the one reported, page 3 (if asked for) is dropped and
+    -- the relist starts over at rv 0.
+    srv = fake.start{ args = { "--pods", "1203" } }
+    srv:fault{ path = "^/api/v1/pods$", watch = false,
+               query = { resourceVersion = require("cjson").null },
+               action = "malformed_line", times = 1 }
+    h = setup(srv)
+    assert(h.r:start())
+    assert.is_true(h.pump(10, function() return h.fifo:has_synced() and #h.store == 1203 end))
+    local l = lists(srv)
+    assert.is_not_nil(l[2].continue)
+    local restart = 3
+    if l[3].continue then -- page 3 was asked for early, with page 2's token
+      assert.is_nil(l[3].resourceVersion)
+      restart = 4
+    end
+    assert.equals("0", l[restart].resourceVersion)
+    assert.is_nil(l[restart].continue)
+    assert.equals(restart + 2, #l) -- then three good pages
+    local st = h.r:status()
+    assert.equals(1, st.errors)
+    assert.equals(200, st.last_error_code)
+    assert.matches("bad response", st.last_error)
+    assert.is_true(h.pump(2, same_as_server(h, srv)))
+  end)
+
   it("TestReflectorBackoffOnTooManyRequests / NoRelistOnTooManyRequests: 429 on the watch re-watches after Retry-After", function()
     srv = fake.start{ args = { "--pods", "1" } }
     srv:fault{ path = "^/api/v1/pods$", watch = true, action = "status", status = 429,

@@ -399,6 +399,46 @@ static void failed_full_list_starts_over(void)
     fx_free(&f);
 }
 
+/* Pipelined pages: a page whose continue token was scanned before its end has the next page
+ * asked for when its transfer ends, before its end is checked. A page found bad only there
+ * (here the body stops inside the items, in a transfer that ended well) fails the list when the
+ * next response ends, with its own error; the next page's objects are dropped and the list
+ * starts over. */
+static void page_bad_at_its_end(void)
+{
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        fx f = fx_new(0);
+        kinf_reflector_status st;
+        kinf_delta_type t;
+        const char *q;
+        expect_request(&f, KINF_TEST_LIST);
+        respond_str(&f,
+                    "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"30\",\"continue\":"
+                    "\"c1\"},\"items\":[" POD("a", "5"),
+                    bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 0); /* not known yet */
+        q = expect_request(&f, KINF_TEST_LIST);
+        CHECK_STR(q, PATH "?limit=2&continue=c1");
+        respond_str(&f, LIST("30", POD("b", "6")), bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.lists == 0 && st.last_error_code == 200);
+        CHECK(strstr(st.last_error, "list " PATH ": bad response: ") == st.last_error);
+        /* page 1's error: its body is 142 bytes and ends inside the items */
+        CHECK(strstr(st.last_error, "at byte 142: body ended after a value, before the end of "
+                                    "the list object") != NULL);
+        CHECK_STR(newest(&f, "t/a", &t), "-");
+        CHECK_STR(newest(&f, "t/b", &t), "-");
+        q = expect_request(&f, KINF_TEST_LIST);
+        CHECK_STR(q, PATH "?resourceVersion=0&limit=2");
+        respond_str(&f, LIST("31", POD("a", "5")), bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.lists == 1);
+        CHECK_STR(newest(&f, "t/a", &t), "5");
+        fx_free(&f);
+    }
+}
+
 static void cleanup(void)
 {
     kinf_client_unref(client);
@@ -408,4 +448,4 @@ static void cleanup(void)
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
-          TEST(failed_full_list_starts_over), TEST(cleanup))
+          TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end), TEST(cleanup))
