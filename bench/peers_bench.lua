@@ -856,26 +856,26 @@ end
 -- of the run that produced bench/RESULTS.md; shown only for the targets missed in this run.
 local FIXES = {
   ["S1-floor"] = [[
-**S1, kinformer against the curl floor (missed: about 3-4x instead of 2x).** curl only receives;
-kinformer's sync is bounded by its scanner thread. In the profile above it is busy about 1 CPU s
-of the 1.6-1.9 s sync of 100k pods: half of it scanning (`kinf_scanner_feed`), the other half in
-the kernel, faulting in the ~525 MB of records it allocates (`exc_page_fault`, `clear_page_erms`)
-and growing the thread's malloc arena with `mprotect` (`sysmalloc`); the I/O thread needs about
-0.3 s and the Lua thread 0.1 s. Pagination is a smaller cost: measured apart on this machine
-(`page_size = 1000000`), one page of 100k pods synced in 1.4-1.5 s against 1.6-1.7 s in pages of
-500, and the WatchList rows are within the noise of the paged ones (the fake server itself
-streams WatchList events at about 220k/s, 0.45 s for 100k). Fixes, by expected gain: (1) allocate the records
-of a list from large chunks instead of one `malloc` per ~5 KB record. Measured apart (100k
-records of 4.7 KB written on a second thread, as the scanner does): `malloc` 0.35 s, 1 MiB
-`mmap(MAP_POPULATE)` slabs 0.14-0.15 s, so about 0.2 s of the scanner thread's 1 s. Not done: a
-slab is freed only when its last record goes, so once watch events have replaced most records of
-a list, the survivors would hold the list's memory (up to twice the cache) for as long as they
-live, and memory matters more than 0.2 s of a sync; (2) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's
-stage 1) in `kinf_scanner_feed`, which is branch-bound, one byte at a time (bench/README.md,
-issue 3); (3) ask for the next page as soon as the current page's `metadata.continue` is scanned
-(it comes first in the body), so the server prepares it while the current page streams, or use
-WatchList where the server has it. (2) is the one left with a large gain: the scan is about half
-of the scanner thread's time.]],
+**S1, kinformer against the curl floor (missed: about 2.5-3x instead of 2x).** curl only
+receives; kinformer's sync is bounded by its scanner thread. In the profile above it is busy
+about 0.8 CPU s of the ~1.0 s sync of 100k pods: more than half of it scanning
+(`kinf_scanner_feed`), most of the rest in the kernel, faulting in the ~525 MB of records it
+allocates (`exc_page_fault`, `clear_page_erms`); the I/O thread needs about 0.35 s and the Lua
+thread 0.1 s. Two costs of earlier runs are gone: one `mprotect` per record growing the scanner
+thread's malloc arena (it now grows 120 KiB ahead, csrc/object.c), and the pipeline draining at
+every page boundary (the next page is asked for as soon as the current page's
+`metadata.continue` has been scanned, csrc/reflector.c): pages of 500 are now faster than one
+page, and than WatchList, which has no pages to overlap (the WatchList rows). Left, by expected
+gain: (1) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's stage 1) in
+`kinf_scanner_feed`, which skips string bodies 16 bytes at a time but is otherwise branch-bound,
+about one branch per token (bench/README.md, issue 3): the scan is half of the scanner thread's
+time; (2) fewer first-touch page faults for the records: transparent huge pages are
+`madvise`-only here and glibc never madvises a thread arena
+(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` changes nothing), and records from large `mmap(MAP_POPULATE)` slabs
+(measured apart before the arena change: 100k records of 4.7 KB, `malloc` 0.35 s against 0.14 s)
+would pin memory: a slab is freed only when its last record goes, so once watch events have
+replaced most records of a list the survivors would hold the list's memory (up to twice the
+cache) for as long as they live, and memory matters more than a tenth of a second of a sync.]],
   ["S1-speed"] = [[
 **S1 against client-node (missed where the ratio is under 10x).** The margin is thin at 100k
 pods with managedFields kept (about 10x; client-node takes ~19 s to decode 900 MB into its typed
