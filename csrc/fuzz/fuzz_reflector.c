@@ -684,6 +684,29 @@ static int split(const uint8_t *d, size_t n, resp *out)
     return k + 1;
 }
 
+/* A message without the clock reading a very short watch reports ("ended after 0.203 s"): the
+ * test says how long the watch lasted, but the reflector measures it, and a run slowed down by
+ * a loaded machine reads a millisecond or two more. */
+static void message_log(buf *log, const char *msg)
+{
+    static const char mark[] = "ended after ";
+    const char *at = strstr(msg, mark), *end;
+    char *masked;
+    if (at == NULL) {
+        buf_cstr(log, msg);
+        return;
+    }
+    at += sizeof(mark) - 1;
+    for (end = at; (*end >= '0' && *end <= '9') || *end == '.'; end++)
+        ;
+    masked = malloc(strlen(msg) + 2);
+    if (masked == NULL)
+        abort();
+    snprintf(masked, strlen(msg) + 2, "%.*s#%s", (int)(at - msg), msg, end);
+    buf_cstr(log, masked);
+    free(masked);
+}
+
 static void status_log(buf *log, const kinf_reflector_status *st)
 {
     buf_add(log, "\nS", 2);
@@ -691,7 +714,7 @@ static void status_log(buf *log, const kinf_reflector_status *st)
     buf_num(log, (unsigned long long)st->listed);
     buf_cstr(log, st->phase);
     buf_cstr(log, st->resource_version);
-    buf_cstr(log, st->last_error);
+    message_log(log, st->last_error);
     buf_num(log, (unsigned long long)st->last_error_code);
     buf_cstr(log, st->last_error_reason);
     buf_num(log, st->lists);
