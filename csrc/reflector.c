@@ -784,6 +784,14 @@ static kinf_object *list_record(kinf_reflector *r, const char *json, size_t len,
     return kinf_object_new(json, len, meta, err);
 }
 
+/* A record keeps uid and resourceVersion as C strings: one holding a NUL byte (\u0000, which no
+ * API server sends) would be cut and differ from the object's JSON, so the object is refused. */
+static int nul_free_meta(const kinf_scan_item *item)
+{
+    return memchr(item->meta.uid.ptr, '\0', item->meta.uid.len) == NULL &&
+           memchr(item->meta.resource_version.ptr, '\0', item->meta.resource_version.len) == NULL;
+}
+
 static kinf_err on_list_item(void *ud, const kinf_scan_item *item)
 {
     kinf_reflector *r = ud;
@@ -794,6 +802,11 @@ static kinf_err on_list_item(void *ud, const kinf_scan_item *item)
         snprintf(r->scan_msg, sizeof(r->scan_msg), "list item #%zu has no metadata.name",
                  r->nitems + 1);
         return KINF_ENOKEY;
+    }
+    if (!nul_free_meta(item)) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg),
+                 "list item #%zu: metadata.uid or resourceVersion holds a NUL byte", r->nitems + 1);
+        return KINF_EPARSE;
     }
     if (r->nitems == r->capitems) {
         size_t cap = r->capitems ? r->capitems * 2 : 512;
@@ -1161,8 +1174,9 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
         snprintf(r->scan_msg, sizeof(r->scan_msg), "watch error event");
         return KINF_EIO; /* stop: the watch is over */
     }
-    if (!rv_ok(item->meta.resource_version)) {
-        snprintf(r->scan_msg, sizeof(r->scan_msg), "%s event: resourceVersion holds a NUL byte",
+    if (!rv_ok(item->meta.resource_version) || !nul_free_meta(item)) {
+        snprintf(r->scan_msg, sizeof(r->scan_msg),
+                 "%s event: metadata.uid or resourceVersion holds a NUL byte",
                  kinf_event_type_name(item->type));
         return KINF_EPARSE;
     }

@@ -320,7 +320,9 @@ static kinf_err model_item(void *ud, const kinf_scan_item *it)
         m->error_event = 1;
         return KINF_EIO;
     }
-    if (memchr(it->meta.resource_version.ptr, 0, it->meta.resource_version.len))
+    /* A record keeps uid and rv as C strings: one holding a NUL would be cut, so it is refused. */
+    if (memchr(it->meta.resource_version.ptr, 0, it->meta.resource_version.len) ||
+        memchr(it->meta.uid.ptr, 0, it->meta.uid.len))
         return KINF_EPARSE;
     if (it->type != KINF_EV_LIST_ITEM && !m->initial) {
         /* Watch order: an older bookmark is ignored, a repeated event dropped, an older event

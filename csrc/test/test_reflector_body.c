@@ -439,6 +439,41 @@ static void page_bad_at_its_end(void)
     }
 }
 
+/* A uid or resourceVersion holding \u0000 would be cut in the record (C strings) and differ from
+ * the object's JSON: a list item or a watch event carrying one is refused. Found by fuzz_reflector
+ * (a list item's rv; watch events' rvs were already refused). */
+static void nul_in_uid_or_rv_is_refused(void)
+{
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        fx f = fx_new(0);
+        kinf_reflector_status st;
+        kinf_delta_type t;
+        expect_request(&f, KINF_TEST_LIST);
+        respond_str(&f,
+                    LIST("10", POD("a", "5") ",{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
+                                              "\"resourceVersion\":\"1\\u00002\"}}"),
+                    bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.lists == 0);
+        CHECK(strstr(st.last_error, "list item #2: metadata.uid or resourceVersion holds a NUL "
+                                    "byte") != NULL);
+        CHECK_STR(newest(&f, "t/a", &t), "-");
+        expect_request(&f, KINF_TEST_LIST);
+        respond_str(&f, LIST("10", POD("a", "5")), bytewise);
+        expect_request(&f, KINF_TEST_WATCH);
+        respond_str(&f,
+                    EV("ADDED", "{\"metadata\":{\"name\":\"c\",\"namespace\":\"t\",\"uid\":\"u"
+                                "\\u0000v\",\"resourceVersion\":\"11\"}}"),
+                    bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 2 && st.events == 0);
+        CHECK(strstr(st.last_error, "ADDED event: metadata.uid or resourceVersion holds a NUL "
+                                    "byte") != NULL);
+        CHECK_STR(newest(&f, "t/c", &t), "-");
+        fx_free(&f);
+    }
+}
+
 static void cleanup(void)
 {
     kinf_client_unref(client);
@@ -448,4 +483,5 @@ static void cleanup(void)
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
-          TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end), TEST(cleanup))
+          TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
+          TEST(nul_in_uid_or_rv_is_refused), TEST(cleanup))
