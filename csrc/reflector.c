@@ -841,11 +841,9 @@ static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end)
     free(r->continue_token);
     r->continue_token = NULL;
     if (end->continue_.len) {
-        r->continue_token = malloc(end->continue_.len + 1);
+        r->continue_token = dup_span(end->continue_.ptr, end->continue_.len);
         if (r->continue_token == NULL)
             return KINF_ENOMEM;
-        memcpy(r->continue_token, end->continue_.ptr, end->continue_.len);
-        r->continue_token[end->continue_.len] = '\0';
     }
     return KINF_OK;
 }
@@ -1014,6 +1012,16 @@ static void parse_errbody(kinf_reflector *r, kinf_status *st)
         st->code = (int)r->http_code;
 }
 
+/* A page's body failed (scan_err, scan_msg): the list starts over after a backoff. */
+static void bad_list_body(kinf_reflector *r, long http_code)
+{
+    record_error(r, (int)http_code, NULL, "list %s: bad response: %s", r->path,
+                 r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
+    drop_items(r);
+    r->full_list = 0;
+    schedule_backoff(r, NEXT_LIST, 0);
+}
+
 static void list_done(kinf_reflector *r, CURLcode result)
 {
     kinf_status st;
@@ -1023,11 +1031,7 @@ static void list_done(kinf_reflector *r, CURLcode result)
 
     if (r->early_page_failed) {
         /* The page before this one failed in page_end: its error is the list's. */
-        record_error(r, (int)r->page_http_code, NULL, "list %s: bad response: %s", r->path,
-                     r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
-        drop_items(r);
-        r->full_list = 0;
-        schedule_backoff(r, NEXT_LIST, 0);
+        bad_list_body(r, r->page_http_code);
         return;
     }
     if (result != CURLE_OK && r->scan_err == KINF_OK) {
@@ -1070,11 +1074,7 @@ static void list_done(kinf_reflector *r, CURLcode result)
         }
     }
     if (r->scan_err != KINF_OK) {
-        record_error(r, (int)r->http_code, NULL, "list %s: bad response: %s", r->path,
-                     r->scan_msg[0] ? r->scan_msg : kinf_strerror(r->scan_err));
-        drop_items(r);
-        r->full_list = 0;
-        schedule_backoff(r, NEXT_LIST, 0);
+        bad_list_body(r, r->http_code);
         return;
     }
     if (r->continue_token != NULL && !r->full_list) {
@@ -1174,7 +1174,7 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
         snprintf(r->scan_msg, sizeof(r->scan_msg), "watch error event");
         return KINF_EIO; /* stop: the watch is over */
     }
-    if (!rv_ok(item->meta.resource_version) || !nul_free_meta(item)) {
+    if (!nul_free_meta(item)) { /* an rv always fits (RV_SIZE static assert) */
         snprintf(r->scan_msg, sizeof(r->scan_msg),
                  "%s event: metadata.uid or resourceVersion holds a NUL byte",
                  kinf_event_type_name(item->type));
