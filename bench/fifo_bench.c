@@ -1,5 +1,8 @@
-/* fifo_bench.c - DeltaFIFO add + pop throughput from C: one producer thread enqueues N
+/* fifo_bench.c - DeltaFIFO throughput from C. add + pop: one producer thread enqueues N
  * prebuilt records (distinct keys, then updates of the same keys), one consumer pops them.
+ * replace: one list of N records replaces the FIFO's content (what the reflector does at the
+ * end of a list, on the sync's critical path), into an empty FIFO (the first list) and again
+ * while the first list's N entries are still queued (a relist before they were popped).
  * Build and run: make bench-core (or see bench/README.md). Prints objects/s. */
 #include <pthread.h>
 #include <stdio.h>
@@ -67,6 +70,24 @@ int main(int argc, char **argv)
     dt = now() - t0;
     printf("| C add+pop, %zu objects over %zu keys, 1 producer + 1 consumer | %.3f s | %.0f objects/s |\n",
            n, keys, dt, (double)n / dt);
+    if (keys == n) {
+        kinf_fifo *rf = kinf_fifo_new(NULL, 0, &err);
+        if (rf == NULL)
+            abort();
+        t0 = now();
+        if (kinf_fifo_replace(rf, objs, n, "1") != KINF_OK)
+            abort();
+        dt = now() - t0;
+        printf("| C replace of %zu objects into an empty FIFO | %.3f s | %.0f objects/s |\n", n,
+               dt, (double)n / dt);
+        t0 = now();
+        if (kinf_fifo_replace(rf, objs, n, "2") != KINF_OK)
+            abort();
+        dt = now() - t0;
+        printf("| C replace of %zu objects, the same %zu keys still queued | %.3f s | %.0f objects/s |\n",
+               n, n, dt, (double)n / dt);
+        kinf_fifo_unref(rf);
+    }
     for (size_t i = 0; i < n; i++)
         kinf_object_unref(objs[i]);
     free(objs);

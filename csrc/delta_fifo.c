@@ -393,13 +393,10 @@ kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, con
         kinf_map_free(&keys);
         return err;
     }
-    for (size_t i = 0; i < n && err == KINF_OK; i++)
-        err = queue_action_locked(f, action, objs[i]);
-    if (err != KINF_OK)
-        goto out;
-
-    /* Deletion detection against the queue: keys queued but not listed. Collect first: the
-     * enqueues below may grow the ring and would disturb a walk over it. */
+    /* Deletion detection against the queue: keys queued but not listed. Only entries queued
+     * before this replace can be such keys, so they are collected first (the enqueues below
+     * may also grow the ring and would disturb a walk over it); their tombstones are queued
+     * after the listed objects, as before. */
     queued = malloc((f->count ? f->count : 1) * sizeof(*queued));
     if (queued == NULL) {
         err = KINF_ENOMEM;
@@ -410,6 +407,13 @@ kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, con
         if (kinf_map_get(&keys, e->key, e->key_len) == NULL)
             queued[nqueued++] = kinf_object_ref(kinf_deltas_newest(&e->deltas));
     }
+    /* Room for every listed key at once, rather than doubling (and rehashing) on the way. */
+    if ((err = kinf_map_reserve(&f->items, n)) != KINF_OK)
+        goto out;
+    for (size_t i = 0; i < n && err == KINF_OK; i++)
+        err = queue_action_locked(f, action, objs[i]);
+    if (err != KINF_OK)
+        goto out;
     for (size_t i = 0; i < nqueued && err == KINF_OK; i++) {
         kinf_object *last = queued[i];
         /* A tombstone's key is the entry's key; its inner object is what was last known. */
