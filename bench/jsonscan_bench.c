@@ -9,7 +9,13 @@
  * received data. Reports MB/s (10^6 bytes of input) and items/s, best of 3 runs (or `reps`):
  *   - list mode: no flags, strip managedFields, strip + inject kind (what an informer uses),
  *     and strip + inject + kinf_object_new/unref per item (the reflector's full C-side work);
- *   - watch mode: MODIFIED lines, no flags and strip.
+ *   - watch mode: MODIFIED lines, no flags and strip;
+ *   - for comparison, "stage 1 only (SSE2)": the first pass of a two-stage SIMD scanner in the
+ *     style of simdjson (quote, backslash, control and structural bitmaps per 64 bytes, strings
+ *     masked by a prefix XOR, the structural positions written to an index) over the same list
+ *     bytes. Such a scanner still needs a second pass over that index to validate and extract,
+ *     so this row is a lower bound on its time with SSE2, the x86-64 baseline the library is
+ *     built for (bench/README.md, issue 3: why the scanner was not rewritten so).
  *
  *   make bench-jsonscan            (or: cc -O2 -Icsrc bench/jsonscan_bench.c csrc/jsonscan.c
  *                                   csrc/kinf.c csrc/object.c -o jsonscan_bench)
@@ -262,6 +268,81 @@ static void run(const char *label, kinf_scan_mode mode, unsigned flags, int make
     free(stage);
 }
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* Stage 1 of a two-stage scanner (see the header comment): returns the number of structural
+ * positions written to idx (room for len / 2 + 64); *special gets the OR of the backslash and
+ * control-or-non-ASCII bitmaps, which a real stage 1 also needs. Tails under 64 bytes are left
+ * out and escapes are not resolved: both make this a lower bound. */
+static size_t stage1(const unsigned char *p, size_t len, uint32_t *idx, uint64_t *special)
+{
+    const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\'), vc = _mm_set1_epi8(0x20),
+                  v1 = _mm_set1_epi8('{'), v2 = _mm_set1_epi8('}'), v3 = _mm_set1_epi8('['),
+                  v4 = _mm_set1_epi8(']'), v5 = _mm_set1_epi8(':'), v6 = _mm_set1_epi8(',');
+    uint64_t in_string = 0, any_special = 0;
+    size_t k = 0;
+    for (size_t i = 0; i + 64 <= len; i += 64) {
+        uint64_t q = 0, st = 0, m;
+        size_t n;
+        for (int j = 0; j < 4; j++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + i + 16 * (size_t)j));
+            __m128i sv = _mm_or_si128(
+                _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, v1), _mm_cmpeq_epi8(x, v2)),
+                             _mm_or_si128(_mm_cmpeq_epi8(x, v3), _mm_cmpeq_epi8(x, v4))),
+                _mm_or_si128(_mm_cmpeq_epi8(x, v5), _mm_cmpeq_epi8(x, v6)));
+            __m128i sp = _mm_or_si128(_mm_cmpeq_epi8(x, vb), _mm_cmplt_epi8(x, vc));
+            q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq)) << (16 * j);
+            st |= (uint64_t)(unsigned)_mm_movemask_epi8(sv) << (16 * j);
+            any_special |= (uint64_t)(unsigned)_mm_movemask_epi8(sp) << (16 * j);
+        }
+        m = q; /* prefix XOR: bit set inside a string (from its opening quote) */
+        m ^= m << 1;
+        m ^= m << 2;
+        m ^= m << 4;
+        m ^= m << 8;
+        m ^= m << 16;
+        m ^= m << 32;
+        m ^= in_string;
+        in_string = (uint64_t)0 - (m >> 63);
+        m = (st & ~m) | (q & m); /* structurals outside strings, and opening quotes */
+        n = (size_t)__builtin_popcountll(m);
+        for (size_t w = 0; w < n; w += 4) {
+            for (int u = 0; u < 4; u++) { /* four at a time, as simdjson, past the end too */
+                idx[k + w + (size_t)u] = (uint32_t)(i + (size_t)__builtin_ctzll(m | (1ull << 63)));
+                m &= m - 1;
+            }
+        }
+        k += n;
+    }
+    *special = any_special;
+    return k;
+}
+
+static void run_stage1(const buf *in)
+{
+    uint32_t *idx = malloc((in->len / 2 + 64) * sizeof(*idx));
+    double best = 1e30;
+    size_t k = 0;
+    uint64_t special = 0;
+    if (idx == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = now(), t;
+        k = stage1((const unsigned char *)in->p, in->len, idx, &special);
+        t = now() - t0;
+        if (t < best)
+            best = t;
+    }
+    printf("%-34s %8.1f MB in %6.3f s  %7.0f MB/s  (%zu structurals, %.1f B each%s)\n",
+           "list: stage 1 only (SSE2)", (double)in->len / 1e6, best, (double)in->len / 1e6 / best,
+           k, (double)in->len / (double)(k ? k : 1), special ? "" : ", no special byte");
+    free(idx);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     size_t pods = argc > 1 ? strtoul(argv[1], NULL, 10) : 100000;
@@ -292,6 +373,9 @@ int main(int argc, char **argv)
         KINF_SCAN_STRIP_MANAGED_FIELDS | KINF_SCAN_INJECT_KIND, 0, &list, chunk, pods);
     run("list strip+inject+object_new", KINF_SCAN_LIST,
         KINF_SCAN_STRIP_MANAGED_FIELDS | KINF_SCAN_INJECT_KIND, 1, &list, chunk, pods);
+#if defined(__SSE2__)
+    run_stage1(&list);
+#endif
     run("watch MODIFIED", KINF_SCAN_WATCH, 0, 0, &watch, chunk, events);
     run("watch MODIFIED strip", KINF_SCAN_WATCH, KINF_SCAN_STRIP_MANAGED_FIELDS, 0, &watch, chunk,
         events);

@@ -36,13 +36,13 @@ if arg[1] == "--child" then
   local opts = { resource = "pods", fifo = fifo, strip_managed_fields = mode ~= "list-keep" }
   if mode == "list-onepage" then opts.page_size = 1000000 end
   local r = client:reflector(opts)
-  local t0 = gettime()
+  local t0, c0 = gettime(), os.clock() -- os.clock: CPU time of every thread of the process
   assert(r:start())
   while not r:status().listed do sleep(0.002) end
-  local dt = gettime() - t0
+  local dt, cpu = gettime() - t0, os.clock() - c0
   local st = r:status()
   if mode:match("^list") then
-    io.write(string.format("%s %.3f %d %.1f\n", mode, dt, st.bytes, peak_rss_mb()))
+    io.write(string.format("%s %.3f %d %.1f %.3f\n", mode, dt, st.bytes, peak_rss_mb(), cpu))
   else -- watch: n MODIFIED events after the sync
     while st.phase ~= "watching" do sleep(0.002) st = r:status() end
     -- The server prepares the n MODIFIED events first and publishes them as one burst, so the
@@ -69,30 +69,52 @@ local p = io.popen(("sh -c 'echo $$; exec python3 tools/fake-apiserver/server.py
 local pid = p:read("l")
 local url = p:read("l")
 assert(url and url:match("^http://"), "fake server did not start")
+local TICK = tonumber(sh("getconf CLK_TCK")) or 100
 
+-- CPU seconds (user + system) the fake server has used so far, from /proc.
+local function server_cpu()
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return 0 end
+  local rest = f:read("l"):match("%) (.*)")
+  f:close()
+  local fields = {}
+  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / TICK
+end
+
+-- One child measurement; fields[] is its output line, plus .server_cpu: the server's CPU
+-- seconds during it.
 local function child(mode, n)
+  local s0 = server_cpu()
   local line = sh(("%s %s --child %s %s %d"):format(lua, self, mode, url, n or 0))
   local fields = {}
   for w in line:gmatch("%S+") do fields[#fields + 1] = w end
+  fields.server_cpu = server_cpu() - s0
   return fields
 end
 
 print(("reflector benchmark: %d pods, %d watch events, fake API server on loopback, %s"):format(
   PODS, EVENTS, os.date("!%Y-%m-%d")))
-local curl = sh(("curl -s -o /dev/null -w '%%{time_total} %%{size_download}' '%s/api/v1/pods'"):format(url))
-local ct, cbytes = curl:match("(%S+) (%S+)")
+-- curl's own CPU time through bash's `time` (TIMEFORMAT: user and system seconds, on stderr).
+local s0 = server_cpu()
+local curl = sh(("bash -c \"TIMEFORMAT='%%U %%S'; time curl -s -o /dev/null -w '%%{time_total} %%{size_download} ' '%s/api/v1/pods'\" 2>&1"):format(url))
+local ct, cbytes, cu, cs = curl:match("(%S+) (%S+)%s+(%S+) (%S+)")
+local curl_server = server_cpu() - s0
 ct, cbytes = tonumber(ct), tonumber(cbytes)
-print("| list of " .. PODS .. " pods | s | objects/s | MB/s | peak RSS MB |")
-print("|---|---:|---:|---:|---:|")
-print(("| curl -s -o /dev/null (one response, %.0f MB) | %.3f | %.0f | %.0f | - |"):format(
-  cbytes / 1e6, ct, PODS / ct, cbytes / 1e6 / ct))
+-- CPU columns: on this 2-core machine the client and the server share the cores, so a list
+-- cannot take less wall time than (client CPU + server CPU) / 2 (the last column).
+print("| list of " .. PODS .. " pods | s | objects/s | MB/s | peak RSS MB | client CPU s | server CPU s | (client + server) / 2 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print(("| curl -s -o /dev/null (one response, %.0f MB) | %.3f | %.0f | %.0f | - | %.2f | %.2f | %.2f |"):format(
+  cbytes / 1e6, ct, PODS / ct, cbytes / 1e6 / ct, cu + cs, curl_server, (cu + cs + curl_server) / 2))
 for _, mode in ipairs{ "list-onepage", "list", "list-keep" } do
   local f = child(mode)
-  local dt, bytes, rss = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  local dt, bytes, rss, cpu = tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
   local label = ({ ["list-onepage"] = "kinformer, one page, managedFields stripped",
                    list = "kinformer, pages of 500 (default), stripped",
                    ["list-keep"] = "kinformer, pages of 500, managedFields kept" })[mode]
-  print(("| %s | %.3f | %.0f | %.0f | %.0f |"):format(label, dt, PODS / dt, bytes / 1e6 / dt, rss))
+  print(("| %s | %.3f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |"):format(label, dt, PODS / dt,
+    bytes / 1e6 / dt, rss, cpu, f.server_cpu, (cpu + f.server_cpu) / 2))
 end
 
 -- Watch: the floor reads the same kind of stream with a raw socket (timed from the first event
