@@ -507,6 +507,35 @@ describe("examples/controller.lua", function()
     assert_converges(srv, 10, a:output())
   end)
 
+  it("does not take the lease before its caches synced", function()
+    -- The ConfigMaps list stalls for 2 s: a replica that led with half a cache would delete or
+    -- rewrite ConfigMaps of namespaces it has not seen. The lease is free all along.
+    local srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
+    local a
+    finally(function()
+      if a then a:cleanup() end
+      srv:stop()
+    end)
+    srv:fault{ method = "GET", path = "/configmaps$", watch = false,
+               action = { type = "stall", seconds = 2 } }
+    a = start_replica(srv, "slow-sync")
+    -- Wait until the stalled list was asked for, then 1 s more (two retry periods).
+    assert.truthy(wait_until(10, function()
+      for _, q in ipairs(srv:requests()) do
+        if q.path:match("/configmaps$") and q.query.watch == nil then return true end
+      end
+    end), a:output())
+    socket.sleep(2 * RETRY)
+    assert.is_nil(lease(srv), a:output())
+    assert.is_nil(a:events("leading")[1], a:output())
+    -- Once synced it leads, and the log says so in that order.
+    assert.truthy(a:wait_for("leading"), a:output())
+    local order = {}
+    for i, e in ipairs(a:events()) do order[e.event] = order[e.event] or i end
+    assert.truthy(order.started and order.started < order.leading, a:output())
+    assert_converges(srv, 10, a:output())
+  end)
+
   it("runs under LuaJIT too", function()
     local missing = proc.luajit_missing(ROOT)
     if missing then
