@@ -183,6 +183,52 @@ describe("fake apiserver", function()
                     details = { name = "one", kind = "configmaps" }, code = 404 }, got)
     end)
 
+    it("answers dryRun=All as the write would, and stores nothing", function()
+      local head = srv:resource_version()
+      local code, got = srv:request("POST", "/api/v1/namespaces/dry/configmaps?dryRun=All",
+                                    configmap("one", { a = "1" }))
+      assert.equal(201, code)
+      assert.equal("one", got.metadata.name)
+      assert.truthy(got.metadata.uid and got.metadata.creationTimestamp)
+      assert.is_nil(got.metadata.resourceVersion) -- never stored: no resourceVersion
+      assert.equal(404, (srv:request("GET", "/api/v1/namespaces/dry/configmaps/one")))
+      assert.equal(head, srv:resource_version())
+
+      local created = create(srv, "dry", "configmaps", configmap("one", { a = "1" }))
+      head = srv:resource_version()
+      local path = "/api/v1/namespaces/dry/configmaps/one"
+      local upd = configmap("one", { a = "2" })
+      code, got = srv:request("PUT", path .. "?dryRun=All", upd)
+      assert.equal(200, code)
+      assert.same({ a = "2" }, got.data)
+      assert.equal(created.metadata.resourceVersion, got.metadata.resourceVersion)
+      code, got = srv:request("PATCH", path .. "?dryRun=All", { data = { b = "3" } },
+                              { ["Content-Type"] = "application/merge-patch+json" })
+      assert.equal(200, code)
+      assert.same({ a = "1", b = "3" }, got.data)
+      -- Checks still apply: a stale resourceVersion is a conflict, dry or not.
+      upd.metadata.resourceVersion = "1"
+      assert.equal(409, (srv:request("PUT", path .. "?dryRun=All", upd)))
+      code, got = srv:request("DELETE", path .. "?dryRun=All")
+      assert.equal(200, code)
+      assert.equal("one", got.metadata.name)
+      code, got = srv:request("DELETE", "/api/v1/namespaces/dry/configmaps?dryRun=All")
+      assert.equal(200, code)
+      assert.equal(1, #got.items)
+      code, got = srv:request("GET", path)
+      assert.equal(200, code)
+      assert.same(created, got)
+      assert.equal(head, srv:resource_version()) -- no write, so no event either
+
+      code, got = srv:request("POST", "/api/v1/namespaces/dry/configmaps?dryRun=Some",
+                              configmap("two"))
+      assert.equal(422, code)
+      assert.equal("Invalid", got.reason)
+      assert.equal('CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["Some"]: '
+                   .. 'supported values: "All"', got.message)
+      assert.equal(404, (srv:request("GET", "/api/v1/namespaces/dry/configmaps/two")))
+    end)
+
     it("serves group, cluster-scoped and custom resources on their paths", function()
       local code, dep = srv:request("POST", "/apis/apps/v1/namespaces/crud/deployments",
         { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "web" },
@@ -964,9 +1010,17 @@ describe("fake apiserver with kubectl", function()
     local code, p = srv:request("GET", "/api/v1/namespaces/shop/pods/from-yaml")
     assert.equal(200, code)
     assert.equal("demo", p.metadata.labels.app)
+    out, rc = kubectl("delete pod from-yaml --dry-run=server")
+    assert.equal(0, rc, out)
+    assert.equal('pod "from-yaml" deleted (server dry run)\n', out)
+    assert.equal(200, (srv:request("GET", "/api/v1/namespaces/shop/pods/from-yaml")))
     out, rc = kubectl("delete pod from-yaml")
     assert.equal(0, rc, out)
     assert.equal('pod "from-yaml" deleted\n', out)
+    assert.equal(404, (srv:request("GET", "/api/v1/namespaces/shop/pods/from-yaml")))
+    out, rc = kubectl("create -f " .. quote(file) .. " --dry-run=server")
+    assert.equal(0, rc, out)
+    assert.equal("pod/from-yaml created (server dry run)\n", out)
     assert.equal(404, (srv:request("GET", "/api/v1/namespaces/shop/pods/from-yaml")))
   end)
 

@@ -53,6 +53,30 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake",
            "platform": "linux/amd64"}
 
 
+
+def dry_run(x, verb, options=None):
+    """The request's dryRun: the query parameter, or for DELETE also the DeleteOptions body
+    (kubectl and client-go send it there). Absent -> False, "All" -> True; anything else is
+    refused as the real API server does (422 on the verb's options: CreateOptions, ...)."""
+    values = []
+    if x.query.get("dryRun") is not None:
+        values.append(x.query["dryRun"])
+    body = options.get("dryRun") if isinstance(options, dict) else None
+    if isinstance(body, list):
+        values.extend(body)
+    elif body is not None:
+        values.append(body)
+    bad = [v for v in values if v != "All"]
+    if bad:
+        shown = "[%s]" % ",".join(json.dumps(v) for v in bad)
+        raise ApiError(422, "Invalid", '%sOptions.meta.k8s.io "" is invalid: dryRun: Unsupported '
+                       'value: %s: supported values: "All"' % (verb, shown),
+                       {"group": "meta.k8s.io", "kind": verb + "Options",
+                        "causes": [{"reason": "FieldValueNotSupported", "field": "dryRun",
+                                    "message": 'Unsupported value: %s: supported values: "All"'
+                                    % shown}]})
+    return bool(values)
+
 class Dropped(Exception):
     """The response was cut on purpose (fault injection) or the client went away."""
 
@@ -477,19 +501,20 @@ class App:
             if rt.namespaced and ns is None:
                 raise ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
-            obj = self.store.create(rt, ns, x.json_body())
+            obj = self.store.create(rt, ns, x.json_body(), dry_run=dry_run(x, "Create"))
             return x.send_bytes(201, obj.full(rt))
         if m == "PUT" and name is not None:
-            obj = self.store.update(rt, ns or "", name, x.json_body(), sub)
+            obj = self.store.update(rt, ns or "", name, x.json_body(), sub,
+                                    dry_run=dry_run(x, "Update"))
             return x.send_bytes(200, obj.full(rt))
         if m == "PATCH" and name is not None:
             return self.do_patch(x, rt, ns or "", name, sub)
         if m == "DELETE" and name is not None and sub is None:
-            pre = None
+            pre, opts = None, None
             if x.body:
                 opts = x.json_body() or {}
                 pre = opts.get("preconditions") if isinstance(opts, dict) else None
-            obj = self.store.delete(rt, ns or "", name, pre)
+            obj = self.store.delete(rt, ns or "", name, pre, dry_run=dry_run(x, "Delete", opts))
             return x.send_bytes(200, obj.full(rt))
         if m == "DELETE" and name is None:
             return self.do_delete_collection(x, rt, ns)
@@ -679,26 +704,29 @@ class App:
 
     def do_patch(self, x, rt, ns, name, sub):
         ctype = x.h.headers.get("Content-Type") or ""
+        dry = dry_run(x, "Patch")
         try:
-            obj = self.store.modify(rt, ns, name, lambda d: apply_patch(ctype, d, x.body), sub)
+            obj = self.store.modify(rt, ns, name, lambda d: apply_patch(ctype, d, x.body), sub,
+                                    dry_run=dry)
         except ApiError as e:
             if e.code != 404 or not ctype.startswith(APPLY):
                 raise
             # Server-side apply creates what does not exist yet.
             d = apply_patch(ctype, {}, x.body)
             d.setdefault("metadata", {})["name"] = name
-            obj = self.store.create(rt, ns, d)
+            obj = self.store.create(rt, ns, d, dry_run=dry)
             return x.send_bytes(201, obj.full(rt))
         x.send_bytes(200, obj.full(rt))
 
     def do_delete_collection(self, x, rt, ns):
         pred = combine(parse_label_selector(x.query.get("labelSelector")),
                        parse_field_selector(x.query.get("fieldSelector"), rt))
+        dry = dry_run(x, "Delete", x.json_body() if x.body else None)
         with self.store.lock:
             victims = [o for o in self.store.objects[rt].values()
                        if (ns is None or o.ns == ns) and (pred is None or pred(o))]
             victims.sort(key=lambda o: o.key)
-            deleted = [self.store.delete(rt, o.ns, o.name) for o in victims]
+            deleted = [self.store.delete(rt, o.ns, o.name, dry_run=dry) for o in victims]
             head = self.store.head
         meta = dumps({"resourceVersion": str(head)})
         body = rt.list_prefix + meta + b',"items":[' + b",".join(o.raw() for o in deleted) + b"]}"

@@ -241,6 +241,20 @@ class Obj:
                    (mv, c1, c2, c3, c4, pa, pb))
 
 
+class Preview:
+    """What a dry-run create answers: the object as it would be stored, never stored. It has no
+    resourceVersion (the real API server clears it before storage and a dry run never gets
+    one), so it is not an Obj."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self, d):
+        self._tail = dumps(normalize(d))[1:]
+
+    def full(self, rt):
+        return rt.kind_prefix + self._tail
+
+
 class Event:
     """One write in the global history. rv is unique: every write bumps the counter once.
     obj is the new state (for DELETED: the last state, carrying the deletion's rv); prev is

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 
-from .objects import (ApiError, Event, Obj, already_exists, bad_request, conflict, expired, invalid,
+from .objects import (ApiError, Event, Obj, Preview, already_exists, bad_request, conflict, expired, invalid,
                       normalize, not_found)
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -244,7 +244,10 @@ class Store:
                                            "characters, '-' or '.', and must start and end with an "
                                            "alphanumeric character" % name)], rt.group)
 
-    def create(self, rt, ns, d):
+    # dry_run (dryRun=All): every check and the answer of the real write, nothing stored, no
+    # event, no new resourceVersion (KEP-576: "as close as possible to a non dry-run response").
+
+    def create(self, rt, ns, d, dry_run=False):
         md = self._check_body(rt, ns, d)
         with self.lock:
             if not md.get("name") and md.get("generateName"):
@@ -253,9 +256,7 @@ class Store:
             key = md["namespace"] + "/" + md["name"] if rt.namespaced else md["name"]
             if key in self.objects[rt]:
                 raise already_exists(rt, md["name"])
-            self.head += 1
             md["uid"] = str(uuid.uuid4())
-            md["resourceVersion"] = str(self.head)
             md["creationTimestamp"] = now_rfc3339()
             if "spec" in d:  # only objects with a spec have a generation (not ConfigMaps)
                 md["generation"] = 1
@@ -265,12 +266,17 @@ class Store:
             md.pop("selfLink", None)
             if rt.kind == "Pod" and "status" not in d:
                 d["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            if dry_run:
+                md.pop("resourceVersion", None)
+                return Preview(d)
+            self.head += 1
+            md["resourceVersion"] = str(self.head)
             obj = Obj.from_dict(rt, d)
             self._commit_locked(rt, "ADDED", obj, None)
             self._done_locked()
             return obj
 
-    def update(self, rt, ns, name, d, subresource=None):
+    def update(self, rt, ns, name, d, subresource=None, dry_run=False):
         """PUT. Optimistic concurrency on metadata.resourceVersion (stale -> 409 Conflict);
         no resourceVersion -> unconditional. A no-op update returns the object unchanged with no
         new resourceVersion and no event, as the real API server does."""
@@ -279,9 +285,9 @@ class Store:
             cur = self.objects[rt].get(ns + "/" + name if ns else name)
             if cur is None:
                 raise not_found(rt, name)
-            return self._update_locked(rt, cur, d, subresource)
+            return self._update_locked(rt, cur, d, subresource, dry_run)
 
-    def _update_locked(self, rt, cur, d, subresource):
+    def _update_locked(self, rt, cur, d, subresource, dry_run=False):
         md = d["metadata"]
         want_rv = md.get("resourceVersion")
         if want_rv not in (None, "") and str(want_rv) != str(cur.rv):
@@ -318,6 +324,8 @@ class Store:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if normalize(new) == normalize(old):
             return cur
+        if dry_run:  # the current resourceVersion: nothing was written
+            return Obj.from_dict(rt, new)
         self.head += 1
         new["metadata"]["resourceVersion"] = str(self.head)
         obj = Obj.from_dict(rt, new)
@@ -325,7 +333,7 @@ class Store:
         self._done_locked()
         return obj
 
-    def modify(self, rt, ns, name, fn, subresource=None):
+    def modify(self, rt, ns, name, fn, subresource=None, dry_run=False):
         """Read-modify-write under the lock: fn(dict) edits the object in place (PATCH, and
         the churn generator). Conflicts on a resourceVersion fn leaves in the dict."""
         with self.lock:
@@ -343,9 +351,9 @@ class Store:
             md["name"] = name
             if rt.namespaced:
                 md["namespace"] = ns
-            return self._update_locked(rt, cur, d, subresource)
+            return self._update_locked(rt, cur, d, subresource, dry_run)
 
-    def delete(self, rt, ns, name, preconditions=None):
+    def delete(self, rt, ns, name, preconditions=None, dry_run=False):
         with self.lock:
             key = ns + "/" + name if ns else name
             cur = self.objects[rt].get(key)
@@ -360,6 +368,8 @@ class Store:
             if pre.get("uid") not in (None, "") and pre["uid"] != cur.uid:
                 raise conflict(rt, name, "Precondition failed: UID in precondition: %s, UID in "
                                "object meta: %s" % (pre["uid"], cur.uid))
+            if dry_run:
+                return cur
             self.head += 1
             obj = cur.with_rv(self.head)
             self._commit_locked(rt, "DELETED", obj, cur)
