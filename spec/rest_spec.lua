@@ -217,12 +217,17 @@ describe("REST client", function()
   it("passes dry_run, field_manager, delete options and selectors as the API expects", function()
     assert(client:create("configmaps", cm("opts", "default")))
     srv:clear_requests()
-    client:create("configmaps", cm("dry", "default"), { dry_run = true, field_manager = "me" })
+    local dry = assert(client:create("configmaps", cm("dry", "default"),
+                                     { dry_run = true, field_manager = "me" }))
+    assert.equal("dry", dry.metadata.name)
+    assert.is_nil(dry.metadata.resourceVersion) -- the server stored nothing
     assert(client:delete("configmaps", "default/opts", { propagation_policy = "Foreground" }))
     client:list("pods", { label_selector = "app in (a,b),tier!=x" })
     local post = requests_to(srv, "POST", "/configmaps$")[1]
     assert.equal("All", post.query.dryRun)
     assert.equal("me", post.query.fieldManager)
+    local _, gerr = client:get("configmaps", "default/dry")
+    assert.equal(404, gerr.code)
     assert.equal(1, #requests_to(srv, "DELETE", "/configmaps/opts$"))
     local list = requests_to(srv, "GET", "^/api/v1/pods$")[1]
     assert.equal("app in (a,b),tier!=x", list.query.labelSelector)
