@@ -14,10 +14,13 @@
  * List resourceVersion (relistResourceVersion): "" after a 410/too-large, "0" before the first
  * list, else the last synced rv. Pages carry limit=page_size when the rv is "" or "0" or the
  * server paginated before (client-go's pager rules); continuation pages carry no rv.
- * Watch rv: every event that was applied advances it (a failed one does not). WatchList: the
- * initial events build a temporary state (items + initial_keys: ADDED / MODIFIED set a key,
- * DELETED removes it, as client-go's temporaryStore) that replaces the FIFO's content at the
- * initial-events-end bookmark.
+ * Watch rv: every event that was applied advances it (a failed one does not). WatchList
+ * (watch_list): every LIST that is due (need_list), the first and each relist, is a WatchList
+ * stream instead, as client-go's ListAndWatch tries it first each time; its initial events
+ * build a temporary state (items + initial_keys: ADDED / MODIFIED set a key, DELETED removes
+ * it, as client-go's temporaryStore) that replaces the FIFO's content at the
+ * initial-events-end bookmark, and the stream goes on as the WATCH. One that fails before that
+ * bookmark falls back to the paginated LIST (watch_list_failed) until a list completes.
  * Backoff: initial 0.8 s, x2 per use, cap 30 s, jitter 1.0 (d + rand*d), reset after 2 minutes
  * without a use; Retry-After on 429/503 lengthens the wait to at least what the server asked.
  *
@@ -127,7 +130,10 @@ struct kinf_reflector {
     double watch_started;
     unsigned long watch_events; /* [scan] */
     int initial_phase;        /* [scan] WatchList: collecting the initial objects */
-    int watch_list_failed;    /* fall back to the paginated list once */
+    int need_list;            /* [scan] a list is due: set when one is scheduled, cleared when a
+                               * list or a WatchList's initial state completes */
+    int watch_list_failed;    /* a WatchList failed before its end bookmark: lists until one
+                               * completes, then the next relist tries WatchList again */
     kinf_status ev_status;    /* [scan] */
     int ev_error;             /* [scan] */
     unsigned long pub_events; /* [scan] events of this chunk not yet in st.events */
@@ -341,6 +347,7 @@ kinf_err kinf_reflector_start(kinf_reflector *r)
         /* The I/O thread does not know r yet: resetting its state here is race-free. */
         r->phase = PH_WAIT;
         r->next = NEXT_LIST;
+        r->need_list = 1;
         r->due = 0;
         r->st.running = 1;
         r->st.phase = "listing";
@@ -423,6 +430,8 @@ static void schedule_backoff(kinf_reflector *r, next_t next, double retry_after)
     r->phase = PH_WAIT;
     r->next = next;
     r->due = now + d;
+    if (next == NEXT_LIST)
+        r->need_list = 1;
     set_phase(r, "backoff");
 }
 
@@ -431,6 +440,14 @@ static void schedule_now(kinf_reflector *r, next_t next)
     r->phase = PH_WAIT;
     r->next = next;
     r->due = 0;
+    if (next == NEXT_LIST)
+        r->need_list = 1;
+}
+
+/* A list that is due goes through WatchList (client-go: every ListAndWatch tries it first). */
+static int use_watch_list(const kinf_reflector *r)
+{
+    return r->watch_list && !r->watch_list_failed;
 }
 
 /* An rv as the reflector keeps it: it fits the buffers (the scanner caps it at
@@ -988,6 +1005,8 @@ static void list_complete(kinf_reflector *r)
     r->rv_unavailable = 0;
     r->retried_unavailable = 0;
     r->full_list = 0;
+    r->need_list = 0;
+    r->watch_list_failed = 0;
     pthread_mutex_lock(&r->mu);
     if (r->st.lists++ > 0)
         r->st.relists++;
@@ -1217,6 +1236,7 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             err = kinf_fifo_replace(r->fifo, r->items, r->nitems, r->last_rv);
             drop_items(r);
             r->initial_phase = 0;
+            r->need_list = 0;
             if (err != KINF_OK) {
                 snprintf(r->scan_msg, sizeof(r->scan_msg),
                          "replacing the queue's content failed: %s", kinf_strerror(err));
@@ -1226,6 +1246,7 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             if (r->st.lists++ > 0)
                 r->st.relists++;
             r->st.listed = 1;
+            r->st.phase = "watching"; /* the same stream goes on as the watch */
             pthread_mutex_unlock(&r->mu);
         }
     } else {
@@ -1265,15 +1286,16 @@ static void start_watch(kinf_reflector *r)
 {
     query q;
     char timeout[32];
-    int watch_list = r->watch_list && !r->watch_list_failed && !r->st.listed;
+    int watch_list = r->need_list && use_watch_list(r);
 
     r->scanner = r->watch_scanner;
     q_start(&q, r);
     q_param(&q, "watch", "true");
     if (watch_list) {
+        /* The first one, or a relist: from the last rv when there is one (NotOlderThan). */
         q_param(&q, "sendInitialEvents", "true");
         q_param(&q, "resourceVersionMatch", "NotOlderThan");
-        if (r->last_rv[0])
+        if (r->last_rv[0] && !r->rv_unavailable)
             q_param(&q, "resourceVersion", r->last_rv);
     } else {
         q_param(&q, "resourceVersion", r->last_rv);
@@ -1392,7 +1414,7 @@ double kinf_reflector_io_tick(kinf_reflector *r, double now)
         return now + 1.0;
     if (now < r->due)
         return r->due;
-    if (r->next == NEXT_LIST && !(r->watch_list && !r->watch_list_failed && !r->st.listed))
+    if (r->need_list && !use_watch_list(r))
         start_list(r);
     else
         start_watch(r);
@@ -1449,6 +1471,7 @@ kinf_err kinf_reflector_test_start(kinf_reflector *r)
     r->test_mode = 1;
     r->phase = PH_WAIT;
     r->next = NEXT_LIST;
+    r->need_list = 1;
     r->due = 0;
     r->st.running = 1;
     r->st.phase = "listing";

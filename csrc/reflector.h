@@ -7,8 +7,8 @@
  *   resourceVersion=0 first), replaces the FIFO's content with the list, and watches from the
  *   list's resourceVersion, turning ADDED/MODIFIED/DELETED into add/update/delete and
  *   BOOKMARKs into a newer resourceVersion. The relist, re-watch, fallback and backoff rules are
- *   client-go's (see reflector.c). With watch_list, the initial state comes as a WatchList
- *   stream instead, falling back to the paginated list on failure.
+ *   client-go's (see reflector.c). With watch_list, every list (the first and each relist)
+ *   comes as a WatchList stream instead, falling back to the paginated list on failure.
  * - stop() returns once the I/O thread has aborted the reflector's transfer (well within 1 s);
  *   the reflector can be started again. free() stops it first.
  * - Every failure is kept for status() (message, HTTP code, Status reason), never only logged.
@@ -35,7 +35,7 @@ typedef struct kinf_reflector_config {
     const char *path;              /* "/api/v1/namespaces/default/pods" (no query) */
     const char *label_selector;    /* NULL or "" for none */
     const char *field_selector;    /* NULL or "" for none */
-    int watch_list;                /* initial state through a WatchList stream */
+    int watch_list;                /* lists through WatchList streams */
     int strip_managed_fields;      /* drop metadata.managedFields while scanning */
     size_t page_size;              /* list page size; 0: 500 */
     double idle_timeout;           /* a watch with no byte for this long is reconnected; 0: 90 s */

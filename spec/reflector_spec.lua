@@ -321,6 +321,7 @@ describe("reflector", function()
     h = setup(srv, { watch_list = true })
     assert(h.r:start())
     assert.is_true(h.pump(5, function() return h.fifo:has_synced() and #h.store == 5 end))
+    assert.equals("watching", h.r:status().phase) -- the stream goes on as the watch
     assert.equals(0, #lists(srv))
     local w = watches(srv)[1]
     assert.equals("true", w.sendInitialEvents)
@@ -338,6 +339,51 @@ describe("reflector", function()
     assert(h.r:start())
     assert.is_true(h.pump(8, function() return h.fifo:has_synced() and #h.store == 3 end))
     assert.is_true(#lists(srv) >= 1)
+  end)
+
+  it("WatchList: a relist streams through WatchList again, from the last rv (as client-go)", function()
+    srv = fake.start{ args = { "--pods", "3" } }
+    -- The WatchList stream ends after 1-2 s (watch_timeout); the plain watch that follows gets
+    -- an ERROR 410 at once: a relist.
+    srv:fault{ path = "^/api/v1/pods$", watch = true, query = { sendInitialEvents = cjson.null },
+               action = "error_event", status = 410, reason = "Expired", times = 1 }
+    h = setup(srv, { watch_list = true, watch_timeout = 1 })
+    assert(h.r:start())
+    assert.is_true(h.pump(5, function() return h.fifo:has_synced() and #h.store == 3 end))
+    local synced_rv = h.r:last_sync_resource_version()
+    assert(srv:request("POST", "/api/v1/namespaces/default/pods", pod("default", "late")))
+    assert.is_true(h.pump(10, function()
+      return #watches(srv) >= 3 and h.r:status().relists >= 1 and h.r:status().phase == "watching"
+    end))
+    local w = watches(srv)
+    assert.is_nil(w[2].sendInitialEvents) -- the stream ended normally: a plain re-watch
+    assert.equals("true", w[3].sendInitialEvents)
+    assert.equals("NotOlderThan", w[3].resourceVersionMatch)
+    assert.is_true(tonumber(w[3].resourceVersion) >= tonumber(synced_rv))
+    assert.equals(0, #lists(srv)) -- no paginated list at all
+    assert.equals(410, h.r:status().last_error_code)
+    assert.is_true(h.pump(2, same_as_server(h, srv)))
+  end)
+
+  it("WatchList: after a fallback to the paginated list, the next relist tries WatchList again", function()
+    srv = fake.start{ args = { "--pods", "3" } }
+    -- The first WatchList fails (500): the paginated list; the plain watch after it gets an
+    -- ERROR 410: a relist, which tries WatchList again.
+    srv:fault{ path = "^/api/v1/pods$", watch = true, query = { sendInitialEvents = "true" },
+               action = "status", status = 500, times = 1 }
+    srv:fault{ path = "^/api/v1/pods$", watch = true, query = { sendInitialEvents = cjson.null },
+               action = "error_event", status = 410, reason = "Expired", times = 1 }
+    h = setup(srv, { watch_list = true })
+    assert(h.r:start())
+    assert.is_true(h.pump(8, function() return h.fifo:has_synced() and #h.store == 3 end))
+    assert(srv:request("POST", "/api/v1/namespaces/default/pods", pod("default", "late")))
+    assert.is_true(h.pump(8, function()
+      local n = 0
+      for _, q in ipairs(watches(srv)) do if q.sendInitialEvents == "true" then n = n + 1 end end
+      return n >= 2 and h.r:status().phase == "watching"
+    end))
+    assert.equals(1, #lists(srv))
+    assert.is_true(h.pump(2, same_as_server(h, srv)))
   end)
 
   it("stop() returns within 1 s and the reflector can start again", function()

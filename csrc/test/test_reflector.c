@@ -265,5 +265,68 @@ static void relist_reuses_unchanged_records(void)
     stop_server();
 }
 
+/* WatchList relists: the first state and, after a 410 on a later plain watch, the relist both
+ * come through WatchList streams; the end bookmark's bookkeeping happens on the scanner thread,
+ * the next request's choice on the I/O thread (TSan checks the hand-over). */
+static void watch_list_relists_through_watch_list(void)
+{
+    kinf_client_config cc = {0};
+    kinf_reflector_config rc = {0};
+    kinf_reflector_status st;
+    kinf_request req = {0};
+    kinf_response resp;
+    const char *rule = "{\"watch\":true,\"query\":{\"sendInitialEvents\":null},"
+                       "\"action\":{\"type\":\"error_event\",\"code\":410,"
+                       "\"reason\":\"Expired\"}}";
+    kinf_client *client;
+    kinf_store *store;
+    kinf_fifo *fifo;
+    kinf_reflector *r;
+    char msg[256];
+    kinf_err err;
+    double t0;
+
+    CHECK(start_server(30));
+    cc.server = url;
+    client = kinf_client_new(&cc, &err, msg, sizeof(msg));
+    store = kinf_store_new(0, &err);
+    fifo = kinf_fifo_new(store, KINF_FIFO_EMIT_REPLACED, &err);
+    rc.path = "/api/v1/pods";
+    rc.watch_list = 1;
+    rc.watch_timeout = 1; /* the WatchList stream ends within 2 s; the plain watch gets the 410 */
+    rc.backoff_initial = 0.05;
+    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    CHECK(client != NULL && store != NULL && fifo != NULL && r != NULL);
+    if (r == NULL)
+        return;
+    CHECK(kinf_reflector_start(r) == KINF_OK);
+    apply_pops(fifo, store, 0.5);
+    CHECK(kinf_store_len(store) == 30);
+    kinf_reflector_status_get(r, &st);
+    CHECK(st.listed && st.lists == 1 && strcmp(st.phase, "watching") == 0);
+
+    req.method = "POST";
+    req.path_query = "/_fake/faults";
+    req.body = rule;
+    req.body_len = strlen(rule);
+    req.content_type = "application/json";
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
+    kinf_response_free(&resp);
+    t0 = now();
+    do {
+        apply_pops(fifo, store, 0.1);
+        kinf_reflector_status_get(r, &st);
+    } while ((st.relists < 1 || strcmp(st.phase, "watching") != 0) && now() - t0 < 10);
+    CHECK(st.relists == 1 && st.last_error_code == 410);
+    CHECK(strcmp(st.phase, "watching") == 0);
+    apply_pops(fifo, store, 0.3);
+    CHECK(kinf_store_len(store) == 30);
+    kinf_reflector_free(r);
+    kinf_client_unref(client);
+    kinf_fifo_unref(fifo);
+    kinf_store_unref(store);
+    stop_server();
+}
+
 TEST_MAIN(TEST(lists_watches_stops_and_restarts), TEST(requests_while_watching),
-          TEST(relist_reuses_unchanged_records))
+          TEST(relist_reuses_unchanged_records), TEST(watch_list_relists_through_watch_list))
