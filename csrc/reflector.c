@@ -348,6 +348,7 @@ kinf_err kinf_reflector_start(kinf_reflector *r)
         r->phase = PH_WAIT;
         r->next = NEXT_LIST;
         r->need_list = 1;
+        r->watch_list_failed = 0; /* a fresh start tries WatchList again */
         r->due = 0;
         r->st.running = 1;
         r->st.phase = "listing";
