@@ -3,6 +3,7 @@
 -- passes when the cache and every handler's view equal the server's objects, RSS after warm-up
 -- grew less than 5%, and no file descriptor or thread leaked. Prints a report and exits 0 / 1.
 -- Usage: make soak SOAK_SECONDS=600   (or: lua5.4 tools/soak.lua 600)
+--        make soak SOAK_WATCH_LIST=1  (the informer lists through WatchList: every relist too)
 local root = (arg and arg[0] or ""):match("^(.*)/tools/soak%.lua$") or "."
 local version = _VERSION == "Lua 5.4" and "lua5.4" or "luajit"
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root .. "/spec/?.lua;"
@@ -17,6 +18,7 @@ local history = require "support.history"
 
 local SECONDS = tonumber(arg[1]) or 60
 local PODS = tonumber(arg[2]) or 2000
+local WATCH_LIST = arg[3] == "watchlist"
 local CHURN = 50             -- writes/s while faults fly
 local SAMPLE_EVERY = math.max(1, math.min(10, SECONDS / 30))
 local WARMUP = math.max(20, SECONDS * 0.2)
@@ -60,7 +62,8 @@ local srv = fake.start{ args = { "--pods", PODS, "--history", "2000", "--bookmar
 local ok, err = pcall(function()
   local client = assert(kinformer.client{ server = srv.url })
   local pods = assert(client:informer{ resource = "pods", watch_timeout = 5, idle_timeout = 2,
-                                       backoff_initial = 0.1, backoff_max = 1 })
+                                       backoff_initial = 0.1, backoff_max = 1,
+                                       watch_list = WATCH_LIST })
   local hist = history.new{ monotonic = true, events = false } -- spec/support/history.lua
   local live, problems = hist.live, hist.problems
   pods:add_handler(hist.handler)
@@ -117,7 +120,8 @@ local ok, err = pcall(function()
   for name, n in pairs(faults_sent) do fault_list[#fault_list + 1] = name .. " x" .. n end
   table.sort(fault_list)
 
-  print(string.format("soak: %d s, %d pods, churn %d writes/s, %d faults (%s)", SECONDS, PODS,
+  print(string.format("soak: %d s, %d pods%s, churn %d writes/s, %d faults (%s)", SECONDS, PODS,
+    WATCH_LIST and " (WatchList)" or "",
     CHURN, #fault_list > 0 and (function() local n = 0 for _, c in pairs(faults_sent) do n = n + c end return n end)() or 0,
     table.concat(fault_list, ", ")))
   print("| measure | value |")
@@ -127,6 +131,17 @@ local ok, err = pcall(function()
     st.updates, st.deletes))
   print(string.format("| lists / relists / watch restarts / errors | %d / %d / %d / %d |", st.lists,
     st.relists, st.watch_restarts, st.errors))
+  do -- how the lists were made, from the server's request log
+    local streams, pages = 0, 0
+    for _, q in ipairs(srv:requests()) do
+      if q.method == "GET" and q.path == "/api/v1/pods" then
+        if q.query.sendInitialEvents == "true" then streams = streams + 1
+        elseif q.query.watch ~= "true" then pages = pages + 1 end
+      end
+    end
+    print(string.format("| list requests: WatchList streams / paginated pages | %d / %d |", streams,
+      pages))
+  end
   print(string.format("| RSS after warm-up (%.0f s) -> end, KiB | %d -> %d (%+.1f%%) |", WARMUP,
     rss_early, rss_late, growth))
   print(string.format("| file descriptors first -> last sample | %d -> %d |", first.fds, last.fds))
