@@ -1237,12 +1237,12 @@ static kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
             err = kinf_fifo_replace(r->fifo, r->items, r->nitems, r->last_rv);
             drop_items(r);
             r->initial_phase = 0;
-            r->need_list = 0;
             if (err != KINF_OK) {
                 snprintf(r->scan_msg, sizeof(r->scan_msg),
                          "replacing the queue's content failed: %s", kinf_strerror(err));
                 return err;
             }
+            r->need_list = 0;
             pthread_mutex_lock(&r->mu);
             if (r->st.lists++ > 0)
                 r->st.relists++;

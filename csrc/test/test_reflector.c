@@ -265,6 +265,23 @@ static void relist_reuses_unchanged_records(void)
     stop_server();
 }
 
+/* How many times `needle` occurs in the fake server's request log. */
+static int requests_with(kinf_client *client, const char *needle)
+{
+    kinf_request req = {0};
+    kinf_response resp;
+    char msg[256];
+    int n = 0;
+    req.method = "GET";
+    req.path_query = "/_fake/requests";
+    if (kinf_request_do(client, &req, &resp, msg, sizeof(msg)) != KINF_OK)
+        return -1;
+    for (const char *p = resp.body; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    kinf_response_free(&resp);
+    return n;
+}
+
 /* WatchList relists: the first state and, after a 410 on a later plain watch, the relist both
  * come through WatchList streams; the end bookmark's bookkeeping happens on the scanner thread,
  * the next request's choice on the I/O thread (TSan checks the hand-over). */
@@ -319,6 +336,8 @@ static void watch_list_relists_through_watch_list(void)
     } while ((st.relists < 1 || strcmp(st.phase, "watching") != 0) && now() - t0 < 10);
     CHECK(st.relists == 1 && st.last_error_code == 410);
     CHECK(strcmp(st.phase, "watching") == 0);
+    CHECK(requests_with(client, "sendInitialEvents") == 2); /* the first list and the relist */
+    CHECK(requests_with(client, "\"limit\"") == 0);       /* no paginated list */
     apply_pops(fifo, store, 0.3);
     CHECK(kinf_store_len(store) == 30);
     kinf_reflector_free(r);
