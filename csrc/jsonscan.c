@@ -62,6 +62,7 @@ enum {
     ST_NUM_ESIGN,
     ST_NUM_EXP,
     ST_LIT,       /* inside true/false/null (carry) */
+    ST_SKIP,      /* inside a dropped value (skip_value) */
     ST_END,       /* list mode: after the body */
     ST_FAILED
 };
@@ -71,7 +72,8 @@ static const char *const state_what[] = {
     "after a value", "after '['", "inside a string", "inside an escape sequence",
     "inside a UTF-8 sequence", "inside a number", "inside a number", "inside a number",
     "inside a number", "inside a number", "inside a number", "inside a number",
-    "inside a number", "inside a literal", "after the body", "failed"};
+    "inside a number", "inside a literal", "inside metadata.managedFields", "after the body",
+    "failed"};
 
 /* Frame roles: what a container means to the scanner. */
 enum {
@@ -141,6 +143,9 @@ struct kinf_scanner {
     unsigned char carry[16];
     unsigned carry_len;
     unsigned char lit;          /* 't', 'f' or 'n' */
+    unsigned skip_depth;        /* skip_value: brackets open in the dropped value */
+    unsigned char skip_instr;   /* ... the next byte is inside a string */
+    unsigned char skip_esc;     /* ... the next byte is escaped */
 
     unsigned depth;
     frame stk[KINF_SCAN_MAX_DEPTH];
@@ -1025,6 +1030,237 @@ static kinf_err pop_hook(kinf_scanner *s, const frame *f, const unsigned char *p
     }
 }
 
+/* ---- dropping a value: framed, not validated ---------------------------------------------- *
+ *
+ * A stripped metadata.managedFields array or object is about half of a pod's bytes, and its
+ * fieldsV1 is the densest JSON an API server sends (a bracket every 9 bytes, escaped quotes in
+ * every "k:{...}" key): validating it token by token cost more than the rest of the object.
+ * Nothing of it is kept, so skip_value only frames it, 64 bytes at a time, from bitmaps: the
+ * escaped bytes, the strings (a prefix XOR of the unescaped quotes) and the brackets outside
+ * strings, whose count finds where the value ends. What it checks: strings end and hold no raw
+ * control character; outside strings there is no backslash, no control character other than
+ * whitespace, no byte >= 0x80; brackets nest no deeper than KINF_SCAN_MAX_DEPTH (counted, not
+ * matched: "[}" closes). What it does not check is the grammar between those (a missing comma,
+ * a bad number or escape, invalid UTF-8): such a value is dropped like a good one. The framing
+ * is exact for valid JSON, and everything after the value is validated as usual.
+ */
+typedef struct skip_masks {
+    uint64_t quote, bslash, open, close, low; /* low: bytes < 0x20 or >= 0x80 */
+} skip_masks;
+
+#if defined(__SSE2__) && defined(__GNUC__) && !defined(KINF_SCAN_SCALAR)
+/* 16 bytes' worth of each mask, placed at bit 16 * k. */
+#define SKIP_MASKS16(k)                                                                            \
+    do {                                                                                           \
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(b + 16 * (k)));                \
+        /* '[' | 0x20 == '{' and ']' | 0x20 == '}'; no other byte folds onto them */              \
+        __m128i f = _mm_or_si128(x, v20);                                                          \
+        quote |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq)) << (16 * (k));      \
+        bslash |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)) << (16 * (k));     \
+        open |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(f, vo)) << (16 * (k));       \
+        close |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(f, vc)) << (16 * (k));      \
+        /* signed compare: < 0x20 holds for control bytes and for every byte >= 0x80 */          \
+        low |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmplt_epi8(x, v20)) << (16 * (k));       \
+    } while (0)
+#endif
+
+static inline __attribute__((always_inline)) void skip_masks_of(const unsigned char *b,
+                                                                skip_masks *m)
+{
+    uint64_t quote = 0, bslash = 0, open = 0, close = 0, low = 0;
+#if defined(__SSE2__) && defined(__GNUC__) && !defined(KINF_SCAN_SCALAR)
+    const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\'), v20 = _mm_set1_epi8(0x20),
+                  vo = _mm_set1_epi8('{'), vc = _mm_set1_epi8('}');
+    SKIP_MASKS16(0);
+    SKIP_MASKS16(1);
+    SKIP_MASKS16(2);
+    SKIP_MASKS16(3);
+#else
+    for (int i = 0; i < 64; i++) {
+        unsigned char c = b[i];
+        uint64_t bit = (uint64_t)1 << i;
+        if (c == '"')
+            quote |= bit;
+        else if (c == '\\')
+            bslash |= bit;
+        else if (c == '{' || c == '[')
+            open |= bit;
+        else if (c == '}' || c == ']')
+            close |= bit;
+        else if (c < 0x20 || c >= 0x80)
+            low |= bit;
+    }
+#endif
+    m->quote = quote;
+    m->bslash = bslash;
+    m->open = open;
+    m->close = close;
+    m->low = low;
+}
+
+/* Bit i set when an odd number of bits at or below i are set in x. */
+static inline uint64_t prefix_xor(uint64_t x)
+{
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+
+/*
+ * The escaped bytes of a block: those right after an odd-length run of backslashes. `carry`
+ * says whether the block's byte 0 is escaped (a run that ended the previous block) and is set
+ * to the same for the next block. Branch-free: subtracting each run's first backslash from the
+ * odd bit positions lets the borrow ripple through the run, and the parity of where it stops
+ * is the parity of the run's length.
+ */
+static inline uint64_t skip_escaped(uint64_t bslash, unsigned *carry)
+{
+    const uint64_t odd = 0xAAAAAAAAAAAAAAAAull;
+    uint64_t in = *carry, escapes = bslash & ~in, code;
+    code = (((escapes << 1) | odd) - escapes) ^ odd;
+    *carry = (unsigned)((code & bslash) >> 63);
+    return code ^ (bslash | in);
+}
+
+static inline unsigned popcount64(uint64_t x)
+{
+#if defined(__POPCNT__)
+    return (unsigned)__builtin_popcountll(x);
+#else
+    /* the x86-64 baseline has no popcnt instruction, and libgcc's is a call */
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
+
+/* The bytes of `low` (< 0x20 or >= 0x80) that are not allowed where they stand. Rare: compact
+ * JSON has none outside strings, and only non-ASCII text inside them. */
+static uint64_t skip_bad_low(const unsigned char *b, uint64_t low, uint64_t instr)
+{
+    uint64_t bad = 0;
+    while (low) {
+        unsigned i = (unsigned)__builtin_ctzll(low);
+        uint64_t bit = low & (0 - low);
+        unsigned char c = b[i];
+        low &= low - 1;
+        if (instr & bit) {
+            if (c < 0x20)
+                bad |= bit;
+        } else if (c >= 0x80 || (c != '\t' && c != '\n' && c != '\r')) {
+            bad |= bit;
+        }
+    }
+    return bad;
+}
+
+/* Fails at the first bad byte of `bad` (in block b, which starts at stream offset off). */
+static kinf_err skip_fail(kinf_scanner *s, const unsigned char *b, uint64_t bad, uint64_t instr,
+                          uint64_t off)
+{
+    unsigned i = (unsigned)__builtin_ctzll(bad);
+    unsigned char c = b[i];
+    off += i;
+    if ((instr >> i) & 1)
+        return failf(s, KINF_EPARSE, off,
+                     "raw control character 0x%02x in string (must be escaped) in "
+                     "metadata.managedFields", c);
+    if (c == '\\')
+        return failf(s, KINF_EPARSE, off, "'\\' outside a string in metadata.managedFields");
+    return failf(s, KINF_EPARSE, off, "unexpected byte 0x%02x in metadata.managedFields", c);
+}
+
+/*
+ * Skips the array or object that starts at *pp (first call: *pp at its '[' or '{', skip state
+ * zeroed), stopping at end. Returns 1 with *pp just past the value, 0 with *pp == end when the
+ * input ran out first (the state is kept in s for the next chunk), -1 after failf.
+ */
+static int skip_value(kinf_scanner *s, const unsigned char **pp, const unsigned char *end)
+{
+    const unsigned char *p = *pp;
+    unsigned char tmp[64];
+
+    while (p < end) {
+        size_t nvalid = (size_t)(end - p) < 64 ? (size_t)(end - p) : 64;
+        const unsigned char *b = p;
+        uint64_t valid = nvalid == 64 ? ~(uint64_t)0 : ((uint64_t)1 << nvalid) - 1;
+        uint64_t esc, instr, open, close, bad, done = 0;
+        unsigned esc_out = s->skip_esc;
+        skip_masks m;
+
+        if (nvalid < 64) { /* pad with spaces, which are nothing to the masks */
+            memcpy(tmp, p, nvalid);
+            memset(tmp + nvalid, ' ', 64 - nvalid);
+            b = tmp;
+        }
+        skip_masks_of(b, &m);
+        esc = skip_escaped(m.bslash, &esc_out);
+        instr = prefix_xor(m.quote & ~esc) ^ (s->skip_instr ? ~(uint64_t)0 : 0);
+        open = m.open & ~instr & valid;
+        close = m.close & ~instr & valid;
+        bad = m.bslash & ~instr;
+        if (m.low & valid)
+            bad |= skip_bad_low(b, m.low & valid, instr);
+
+        if (s->depth + s->skip_depth + 64 <= KINF_SCAN_MAX_DEPTH) {
+            /* The limit is out of reach in this block. The depth can reach zero only if the
+             * block has that many closing brackets; then follow it, without a branch on the
+             * kind of bracket, to where it does. */
+            unsigned d = s->skip_depth, nclose = popcount64(close);
+            if (nclose < d) {
+                d = d + popcount64(open) - nclose;
+            } else {
+                for (uint64_t br = open | close; br; br &= br - 1) {
+                    uint64_t bit = br & (0 - br);
+                    d += (open & bit) ? 1u : (unsigned)-1;
+                    if (d == 0) {
+                        done = bit;
+                        break;
+                    }
+                }
+            }
+            s->skip_depth = d;
+        } else {
+            for (uint64_t br = open | close; br; br &= br - 1) {
+                uint64_t bit = br & (0 - br);
+                if (open & bit) {
+                    if (s->depth + ++s->skip_depth > KINF_SCAN_MAX_DEPTH) {
+                        if (bad & (bit - 1))
+                            break; /* an earlier error wins */
+                        failf(s, KINF_EPARSE,
+                              s->off + (uint64_t)(p - s->chunk) + (uint64_t)__builtin_ctzll(bit),
+                              "nesting deeper than %d levels", KINF_SCAN_MAX_DEPTH);
+                        return -1;
+                    }
+                } else if (--s->skip_depth == 0) {
+                    done = bit;
+                    break;
+                }
+            }
+        }
+        if (done)
+            bad &= done | (done - 1);
+        if (bad & valid) {
+            skip_fail(s, b, bad & valid, instr, s->off + (uint64_t)(p - s->chunk));
+            return -1;
+        }
+        if (done) {
+            *pp = p + __builtin_ctzll(done) + 1;
+            return 1;
+        }
+        s->skip_instr = (unsigned char)((instr >> (nvalid - 1)) & 1);
+        s->skip_esc = (unsigned char)(nvalid == 64 ? esc_out : (esc >> nvalid) & 1);
+        p += nvalid;
+    }
+    *pp = p;
+    return 0;
+}
+
 /* ---- the scanner ------------------------------------------------------- */
 
 static kinf_err scan(kinf_scanner *s, const unsigned char *buf, size_t len)
@@ -1103,6 +1339,7 @@ static kinf_err scan(kinf_scanner *s, const unsigned char *buf, size_t len)
     case ST_NUM_ESIGN: goto num_esign;
     case ST_NUM_EXP: goto num_exp;
     case ST_LIT: goto lit;
+    case ST_SKIP: goto skip;
     case ST_END: goto end_state;
     default: return s->err ? s->err : KINF_EINVAL;
     }
@@ -1142,6 +1379,11 @@ value:
         CHECK(value_begin_hook(s, fr, p, &cp, &nrole));
         if (nrole == R_OBJ && s->mode == KINF_SCAN_LIST && (size_t)(real_end - p) > s->max)
             end = p + s->max;
+        if (fr->vslot == V_STRIP && (c == '[' || c == '{')) {
+            s->skip_depth = 0;
+            s->skip_instr = s->skip_esc = 0;
+            goto skip;
+        }
     }
     if (c == '"') { /* the most common value first */
         p++;
@@ -1512,6 +1754,15 @@ lit: {
     goto value_done;
 }
 
+skip:
+    n = skip_value(s, &p, end);
+    if (n < 0)
+        goto fail;
+    if (n == 0) {
+        s->state = ST_SKIP;
+        goto out;
+    }
+    /* fall through: the dropped value is done */
 value_done:
     if (fr->role)
         CHECK(value_done_hook(s, fr, p, &cp));

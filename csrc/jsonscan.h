@@ -16,11 +16,19 @@
  * Every emitted object is fully validated JSON (RFC 8259 grammar, escapes
  * including surrogate pairs, no raw control characters, valid UTF-8), so a
  * decoder such as lua-cjson cannot fail on it. Anything malformed anywhere in
- * the stream (also outside the emitted objects) is an error.
+ * the stream (also outside the emitted objects) is an error, with one
+ * exception: a metadata.managedFields array or object that
+ * KINF_SCAN_STRIP_MANAGED_FIELDS drops is framed, not validated. Its strings
+ * must end and hold no raw control byte; outside them no backslash, no control
+ * byte but whitespace and no byte >= 0x80 may appear; brackets are counted
+ * (not matched) and nest within KINF_SCAN_MAX_DEPTH. The grammar between those
+ * (commas, colons, numbers, escapes, UTF-8) is not looked at. The framing is
+ * exact for valid JSON; what follows the value is validated as usual.
  *
  * Transforms applied while copying an object (see kinf_scan_options.flags):
  *   KINF_SCAN_STRIP_MANAGED_FIELDS drops metadata.managedFields (only the
- *     object's own metadata, not nested objects that happen to have one);
+ *     object's own metadata, not nested objects that happen to have one),
+ *     framing rather than validating an array or object value (above);
  *   KINF_SCAN_INJECT_KIND (list mode) gives an item without a top-level
  *     "kind" / "apiVersion" the list's ("PodList" -> "Pod"), inserted at the
  *     start of the object, so list items look like watch objects. It needs the

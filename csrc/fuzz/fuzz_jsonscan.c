@@ -13,7 +13,9 @@
  *     short bodies, one byte at a time;
  *   - every emitted object is accepted by an independent recursive reference
  *     validator (RFC 8259 + UTF-8), and a body the scanner accepts is valid
- *     JSON for the reference too (differential check of the validator);
+ *     JSON for the reference too (differential check of the validator); with
+ *     the strip flag the reference only frames a dropped metadata.managedFields
+ *     array or object, by the rules jsonscan.h states for it;
  *   - without flags, an emitted object is exactly the input bytes at its offset;
  *   - an emitted object re-scans cleanly inside a watch event with the same
  *     strip flag, giving the same bytes (stripping is idempotent), metadata
@@ -217,7 +219,11 @@ static void do_run(kinf_scan_mode mode, unsigned flags, size_t max, const uint8_
 typedef struct ref {
     const uint8_t *p, *end;
     int depth;
+    int strip; /* frame, not validate, a dropped managedFields array or object */
 } ref;
+
+/* What a value is to the scanner, as far as stripping goes. */
+enum { REF_NONE, REF_EVENT, REF_LIST, REF_ITEMS, REF_OBJECT, REF_META };
 
 static void ref_ws(ref *r)
 {
@@ -299,7 +305,85 @@ static int ref_string(ref *r)
     return 0;
 }
 
-static int ref_value(ref *r);
+static int ref_value(ref *r, int role);
+
+/* A key, checked like any string, then decoded again (simple escapes and \\u00XX suffice to
+ * compare with the few ASCII keys the scanner looks at; anything else just differs). */
+static int ref_key(ref *r, char *out, size_t cap)
+{
+    const uint8_t *start = r->p + 1;
+    size_t n = 0;
+    if (!ref_string(r))
+        return 0;
+    for (const uint8_t *q = start; q < r->p - 1 && n + 1 < cap; q++) {
+        uint8_t c = *q;
+        if (c == '\\') {
+            c = *++q;
+            if (c == 'u') {
+                int v = 0;
+                for (int i = 1; i <= 4; i++)
+                    v = v * 16 + (q[i] <= '9' ? q[i] - '0' : (q[i] | 0x20) - 'a' + 10);
+                q += 4;
+                c = v > 0 && v < 0x80 ? (uint8_t)v : 0xFF; /* 0xFF: no key of ours */
+            } else if (c == 'n' || c == 't' || c == 'r' || c == 'b' || c == 'f') {
+                c = 0xFF;
+            }
+        }
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return 1;
+}
+
+/* jsonscan.h's rules for a dropped value: strings end and hold no raw control byte (also
+ * right after a backslash); outside them no backslash, no control byte but whitespace, no
+ * byte >= 0x80; brackets counted, not matched, nesting no deeper than the limit. */
+static int ref_frame(ref *r)
+{
+    int d = 0;
+    while (r->p < r->end) {
+        uint8_t c = *r->p++;
+        if (c == '"') {
+            for (;;) {
+                if (r->p >= r->end)
+                    return 0;
+                c = *r->p++;
+                if (c == '"')
+                    break;
+                if (c < 0x20)
+                    return 0;
+                if (c == '\\') {
+                    if (r->p >= r->end || *r->p < 0x20)
+                        return 0;
+                    r->p++;
+                }
+            }
+        } else if (c == '{' || c == '[') {
+            if (r->depth + ++d > KINF_SCAN_MAX_DEPTH)
+                return 0;
+        } else if (c == '}' || c == ']') {
+            if (--d == 0)
+                return 1;
+        } else if (c == '\\' || c >= 0x80 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r')) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* The role of the value of member `key` in an object of role `role`. */
+static int ref_member_role(const ref *r, int role, const char *key)
+{
+    if (role == REF_EVENT && strcmp(key, "object") == 0)
+        return REF_OBJECT;
+    if (role == REF_LIST && strcmp(key, "items") == 0)
+        return REF_ITEMS;
+    if (role == REF_OBJECT && strcmp(key, "metadata") == 0)
+        return REF_META;
+    if (role == REF_META && r->strip && strcmp(key, "managedFields") == 0)
+        return -1; /* dropped */
+    return REF_NONE;
+}
 
 static int ref_number(ref *r)
 {
@@ -344,11 +428,13 @@ static int ref_lit(ref *r, const char *w)
     return 1;
 }
 
-static int ref_value(ref *r)
+static int ref_value(ref *r, int role)
 {
     ref_ws(r);
     if (r->p >= r->end)
         return 0;
+    if (role == -1 && (*r->p == '{' || *r->p == '['))
+        return ref_frame(r);
     switch (*r->p) {
     case '{':
         if (++r->depth > KINF_SCAN_MAX_DEPTH)
@@ -361,13 +447,14 @@ static int ref_value(ref *r)
             return 1;
         }
         for (;;) {
+            char key[64];
             ref_ws(r);
-            if (r->p >= r->end || *r->p != '"' || !ref_string(r))
+            if (r->p >= r->end || *r->p != '"' || !ref_key(r, key, sizeof key))
                 return 0;
             ref_ws(r);
             if (r->p >= r->end || *r->p++ != ':')
                 return 0;
-            if (!ref_value(r))
+            if (!ref_value(r, ref_member_role(r, role, key)))
                 return 0;
             ref_ws(r);
             if (r->p >= r->end)
@@ -392,7 +479,7 @@ static int ref_value(ref *r)
             return 1;
         }
         for (;;) {
-            if (!ref_value(r))
+            if (!ref_value(r, role == REF_ITEMS ? REF_OBJECT : REF_NONE))
                 return 0;
             ref_ws(r);
             if (r->p >= r->end)
@@ -420,15 +507,15 @@ static int ref_value(ref *r)
 }
 
 /* Whitespace-separated JSON values (at least one when `one`), nothing else. */
-static int ref_stream(const uint8_t *p, size_t n, int one)
+static int ref_stream(const uint8_t *p, size_t n, int one, int strip)
 {
-    ref r = {p, p + n, 0};
+    ref r = {p, p + n, 0, strip};
     int count = 0;
     for (;;) {
         ref_ws(&r);
         if (r.p == r.end)
             return one ? count == 1 : 1;
-        if (!ref_value(&r))
+        if (!ref_value(&r, !strip ? REF_NONE : one ? REF_LIST : REF_EVENT))
             return 0;
         count++;
         /* two numbers need whitespace between them; our streams hold objects only */
@@ -448,7 +535,7 @@ static void check_item(const item *x, unsigned flags, kinf_scan_mode mode, const
 {
     run rr;
     buf ev = {0};
-    if (!ref_stream((const uint8_t *)x->json, x->len, 1))
+    if (!ref_stream((const uint8_t *)x->json, x->len, 1, 0))
         DIE("emitted object rejected by the reference validator");
     if (flags == 0) {
         if (x->offset > n || x->len > n - x->offset || memcmp(d + x->offset, x->json, x->len) != 0)
@@ -512,7 +599,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_item(&whole.items[i], flags, mode, data, size);
     if (whole.err == KINF_OK) {
         /* what the scanner accepted is valid JSON: one object (list) or a stream of values */
-        if (!ref_stream(data, size, mode == KINF_SCAN_LIST))
+        if (!ref_stream(data, size, mode == KINF_SCAN_LIST,
+                        (flags & KINF_SCAN_STRIP_MANAGED_FIELDS) != 0))
             DIE("scanner accepted input the reference validator rejects");
     }
     run_free(&whole);

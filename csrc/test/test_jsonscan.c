@@ -452,8 +452,9 @@ static void strip_case(const char *meta_in, const char *meta_out)
 {
     strbuf in = {0}, exp = {0};
     char *mi = J(meta_in), *mo = J(meta_out);
-    sb_printf(&in, "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":%s,\"x\":1}}\n",
-              mi);
+    sb_printf(&in, "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":");
+    sb_add(&in, mi, strlen(mi)); /* not through sb_printf, whose buffer is 512 bytes */
+    sb_printf(&in, ",\"x\":1}}\n");
     sb_printf(&exp, "ADDED|Pod||||||0|{\"kind\":\"Pod\",\"metadata\":");
     sb_esc(&exp, mo, strlen(mo));
     sb_printf(&exp, ",\"x\":1}\n");
@@ -520,6 +521,99 @@ static void test_strip_managed_fields(void)
              "{'type':'ADDED','object':{'metadata':{'managedFields':[],'name':'a'},'metadata':{"
              "'name':'b','managedFields':[]}}}",
              "ADDED||||b|||0|{'metadata':{'name':'a'},'metadata':{'name':'b'}}\n");
+}
+
+/* A stripped managedFields array or object is framed, not validated (jsonscan.h): the framing
+ * must be exact for valid JSON wherever the escapes, quotes and brackets fall relative to the
+ * scanner's 64-byte blocks and the chunks, and the checks it does make must hold. */
+static void test_strip_framing(void)
+{
+    /* escaped quotes and backslashes, brackets in strings, non-ASCII text, whitespace */
+    const char *tricky = "{'k:{\\'a\\':\\'[}\\'}':{},'s':'\\\\\\\\','t':'\\\\\\\\\\\\\\'],[','u':"
+                         "'x\\\\\\\\\\\\\\\\','v':'\xc3\xa9\\\\u00e9'}\n,\t['\\\\\\\\\\\\\\\\\\\\',"
+                         "{'':[[],{}]}]";
+    char in[512];
+    for (int k = 0; k <= 70; k++) {
+        /* k spaces move everything after them across the block boundaries */
+        snprintf(in, sizeof in, "{'zz':'u','managedFields':[%*s%s,%s],'yy':'1'}", k, "", tricky,
+                 tricky);
+        strip_case(in, "{'zz':'u','yy':'1'}");
+    }
+    /* backslash runs of every length up to 9, ending at every position of a block */
+    for (int run = 1; run <= 9; run++) {
+        for (int k = 0; k < 64; k += 7) {
+            char bs[32];
+            memset(bs, '\\', (size_t)run);
+            bs[run] = '\0';
+            /* an odd run escapes the quote after it: close the string with one more quote */
+            snprintf(in, sizeof in, "{'managedFields':{'%*s%s%s':[]},'zz':'u'}", k, "", bs,
+                     run % 2 ? "'" : "");
+            strip_case(in, "{'zz':'u'}");
+        }
+    }
+    /* a long dropped value, and dropped values one after another */
+    {
+        strbuf b = {0};
+        sb_add(&b, "{'managedFields':[", 18);
+        for (int i = 0; i < 200; i++)
+            sb_printf(&b, "%s{'f:%d':{'.':{},'k:{\\'n\\':\\'%d\\'}':{}}}", i ? "," : "", i, i);
+        sb_add(&b, "],'zz':'u'}", 11);
+        strip_case(b.p, "{'zz':'u'}");
+        free(b.p);
+    }
+    check_ok(W, STRIP,
+             "{'type':'ADDED','object':{'metadata':{'managedFields':[{}],'name':'a'}}}"
+             "{'type':'ADDED','object':{'metadata':{'name':'b','managedFields':{'x':[]}}}}",
+             "ADDED||||a|||0|{'metadata':{'name':'a'}}\nADDED||||b|||0|{'metadata':{'name':'b'}}\n");
+
+    /* what it checks */
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':['a\x01']}}}",
+              KINF_EPARSE, "at byte 57: raw control character 0x01 in string (must be escaped) "
+                           "in metadata.managedFields");
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[1,\x80]}}}",
+              KINF_EPARSE, "at byte 57: unexpected byte 0x80 in metadata.managedFields");
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[\x1f]}}}",
+              KINF_EPARSE, "unexpected byte 0x1f in metadata.managedFields");
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[\\\\]}}}",
+              KINF_EPARSE, "'\\' outside a string in metadata.managedFields");
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[{'a':'}]}}}",
+              KINF_EPARSE, "stream ended inside metadata.managedFields");
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[[1]",
+              KINF_EPARSE, "stream ended inside metadata.managedFields");
+    /* the first error wins, wherever the blocks and chunks fall */
+    check_err(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':"
+                        "['                                                            \x02',\x80]}}}",
+              KINF_EPARSE, "raw control character 0x02");
+    {
+        strbuf b = {0};
+        sb_add(&b, "{'type':'ADDED','object':{'metadata':{'managedFields':", 54);
+        for (int i = 0; i < KINF_SCAN_MAX_DEPTH; i++)
+            sb_add(&b, "[", 1);
+        check_err(W, STRIP, b.p, KINF_EPARSE, "nesting deeper than 512 levels");
+        free(b.p);
+    }
+    {
+        /* max_object_bytes holds inside a dropped value */
+        char *ev = J("{'type':'ADDED','object':{'metadata':{'managedFields':['0123456789012345678"
+                     "9012345678901234567890123456789012345678901234567890123456789'],'name':'a'}}}\n");
+        check_ex(W, STRIP, 80, ev, strlen(ev), "", KINF_ETOOBIG, "larger than max_object_bytes");
+        free(ev);
+    }
+    /* what it does not check: the grammar between strings and brackets is dropped unread */
+    check_ok(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[1 2],'zz':'u'}}}",
+             "ADDED|||||||0|{'metadata':{'zz':'u'}}\n");
+    check_ok(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':{'a' 1 x}}}}",
+             "ADDED|||||||0|{'metadata':{}}\n");
+    check_ok(W, STRIP, "{'type':'ADDED','object':{'metadata':{'managedFields':[},'zz':'u'}}}",
+             "ADDED|||||||0|{'metadata':{'zz':'u'}}\n");
+    check_ok(W, STRIP,
+             "{'type':'ADDED','object':{'metadata':{'managedFields':['\\x','\xff'],'zz':'u'}}}",
+             "ADDED|||||||0|{'metadata':{'zz':'u'}}\n");
+    /* ... but without the flag nothing is skipped */
+    check_err(W, 0, "{'type':'ADDED','object':{'metadata':{'managedFields':[1 2]}}}", KINF_EPARSE,
+              "expected ',' or ']'");
+    check_err(W, 0, "{'type':'ADDED','object':{'metadata':{'managedFields':['\xff']}}}",
+              KINF_EPARSE, "invalid UTF-8");
 }
 
 /* ---- list mode ---------------------------------------------------------- */
@@ -1088,7 +1182,7 @@ static void test_status_parse(void)
 TEST_MAIN(TEST(test_watch_basic), TEST(test_watch_key_order_whitespace), TEST(test_watch_escapes),
           TEST(test_watch_error_event), TEST(test_watch_bookmark_initial_events_end),
           TEST(test_watch_nested_and_duplicate_metadata), TEST(test_watch_many_events_one_chunk),
-          TEST(test_strip_managed_fields), TEST(test_list_basic),
+          TEST(test_strip_managed_fields), TEST(test_strip_framing), TEST(test_list_basic),
           TEST(test_list_metadata_after_items), TEST(test_list_inject_variants),
           TEST(test_list_empty_and_null_items), TEST(test_list_status_body),
           TEST(test_list_streams_items), TEST(test_list_continue_early), TEST(test_malformed_watch), TEST(test_malformed_list),
