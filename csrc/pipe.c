@@ -71,6 +71,34 @@ fail_mu:
     return NULL;
 }
 
+/*
+ * The writer's core filled the block, so every cache line the consumer reads is a transfer from
+ * that core, and a scanner that waited for each line as it reached it spent a third of its time
+ * in those loads. So the block goes to fn in steps of CONSUME_STEP bytes, and the next step is
+ * prefetched (into L2) before the current one is consumed: 8% less CPU for a 900 MB list, a
+ * 200k-event watch 20-25% faster (bench/README.md). fn may be given any split of the bytes.
+ */
+#define CONSUME_STEP ((size_t)16 << 10)
+
+static void prefetch(const char *p, size_t len)
+{
+    for (size_t off = 0; off < len; off += 64)
+        __builtin_prefetch(p + off, 0, 2);
+}
+
+static void consume(const block *b)
+{
+    size_t n;
+    prefetch(b->data, b->len < CONSUME_STEP ? b->len : CONSUME_STEP);
+    for (size_t off = 0; off < b->len; off += n) {
+        n = b->len - off < CONSUME_STEP ? b->len - off : CONSUME_STEP;
+        if (off + n < b->len)
+            prefetch(b->data + off + n,
+                     b->len - off - n < CONSUME_STEP ? b->len - off - n : CONSUME_STEP);
+        b->fn(b->target, b->data + off, n);
+    }
+}
+
 static void *consumer(void *arg)
 {
     kinf_pipe *p = arg;
@@ -88,7 +116,7 @@ static void *consumer(void *arg)
         p->current = b->target;
         pthread_mutex_unlock(&p->mu);
 
-        b->fn(b->target, b->data, b->len);
+        consume(b);
 
         pthread_mutex_lock(&p->mu);
         p->current = NULL;

@@ -9,8 +9,8 @@
  * - A writer (one thread: the client's I/O thread) hands bytes for a `target` (a reflector) with
  *   kinf_pipe_write; the pipe copies them into fixed-size blocks and its consumer thread calls
  *   the block's `fn(target, bytes, len)` in write order. Bytes of one target are delivered in
- *   order, never merged with another target's, and never split other than at write boundaries
- *   or block ends (consumers are streaming scanners: any split is fine).
+ *   order and never merged with another target's; they may be split anywhere (consumers are
+ *   streaming scanners: any split is fine; a block goes to fn in steps of 16 KiB).
  * - Memory is bounded: at most max_blocks blocks of block_size bytes. A write that finds every
  *   block in use waits until the consumer returns one (the consumer never waits for the writer,
  *   so this wait is bounded by the time to consume one block).
