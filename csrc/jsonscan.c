@@ -1064,8 +1064,7 @@ typedef struct skip_masks {
     } while (0)
 #endif
 
-static inline __attribute__((always_inline)) void skip_masks_of(const unsigned char *b,
-                                                                skip_masks *m)
+static inline void skip_masks_of(const unsigned char *b, skip_masks *m)
 {
     uint64_t quote = 0, bslash = 0, open = 0, close = 0, low = 0;
 #if defined(__SSE2__) && defined(__GNUC__) && !defined(KINF_SCAN_SCALAR)
