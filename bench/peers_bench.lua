@@ -856,26 +856,26 @@ end
 -- of the run that produced bench/RESULTS.md; shown only for the targets missed in this run.
 local FIXES = {
   ["S1-floor"] = [[
-**S1, kinformer against the curl floor (missed: about 2.5-3x instead of 2x).** curl only
-receives; kinformer's sync is bounded by its scanner thread. In the profile above it is busy
-about 0.8 CPU s of the ~1.0 s sync of 100k pods: more than half of it scanning
-(`kinf_scanner_feed`), most of the rest in the kernel, faulting in the ~525 MB of records it
-allocates (`exc_page_fault`, `clear_page_erms`); the I/O thread needs about 0.35 s and the Lua
-thread 0.1 s. Two costs of earlier runs are gone: one `mprotect` per record growing the scanner
-thread's malloc arena (it now grows 120 KiB ahead, csrc/object.c), and the pipeline draining at
-every page boundary (the next page is asked for as soon as the current page's
-`metadata.continue` has been scanned, csrc/reflector.c): pages of 500 are now faster than one
-page, and than WatchList, which has no pages to overlap (the WatchList rows). Left, by expected
-gain: (1) classify structural characters 32 or 64 bytes at a time (SIMD, simdjson's stage 1) in
-`kinf_scanner_feed`, which skips string bodies 16 bytes at a time but is otherwise branch-bound,
-about one branch per token (bench/README.md, issue 3): the scan is half of the scanner thread's
-time; (2) fewer first-touch page faults for the records: transparent huge pages are
-`madvise`-only here and glibc never madvises a thread arena
-(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` changes nothing), and records from large `mmap(MAP_POPULATE)` slabs
-(measured apart before the arena change: 100k records of 4.7 KB, `malloc` 0.35 s against 0.14 s)
-would pin memory: a slab is freed only when its last record goes, so once watch events have
-replaced most records of a list the survivors would hold the list's memory (up to twice the
-cache) for as long as they live, and memory matters more than a tenth of a second of a sync.]],
+**S1, kinformer against the curl floor (missed: about 2.4-2.8x instead of 2x).** curl only
+receives; kinformer's sync is bounded by its scanner thread, busy about 0.5 CPU s of the ~0.8 s
+sync of 100k pods in the profile above: 0.3 s scanning (`kinf_scanner_feed`) and 0.2 s in the
+kernel allocating the ~525 MB of record pages (each 4 KiB page's memory-cgroup charge, LRU
+insertion and zeroing, even though they are now faulted in 120 KiB at a time); the I/O thread
+needs about 0.3 s and the Lua thread 0.1 s, and the fake server about 0.3 s of the same two
+cores. Gone since the earlier runs: one `mprotect` per record (the arena grows 120 KiB ahead,
+csrc/object.c), the pipeline draining at every page boundary (csrc/reflector.c), validating the
+managedFields that stripping drops (they are now framed 64 bytes at a time, csrc/jsonscan.c:
+half of a pod's bytes), one page fault per 4 KiB of records (`MADV_POPULATE_WRITE`), and the
+scanner waiting for each cache line the other core wrote (csrc/pipe.c prefetches the next 16
+KiB). What is left: (1) the validating scan of the 4.7 KB kept per pod, about one branch per
+token; a SIMD structural index (simdjson's stage 1) was measured to cost about what the scan
+saves with SSE2 (bench/README.md, issue 3), and AVX2 made the whole scan slower here; (2) the
+record pages: transparent huge pages would remove most of the kernel's share but can stall on
+memory compaction, and records from large slabs would pin memory: a slab is freed only when its
+last record goes, so once watch events have replaced most records of a list the survivors would
+hold the list's memory (up to twice the cache) for as long as they live; (3) the serial end of
+the sync (the FIFO `replace`, then the store fill on the Lua thread: about 0.13 s while the other
+core idles).]],
   ["S1-speed"] = [[
 **S1 against client-node (missed where the ratio is under 10x).** The margin is thin at 100k
 pods with managedFields kept (about 10x; client-node takes ~19 s to decode 900 MB into its typed
