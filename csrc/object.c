@@ -1,6 +1,7 @@
 /* object.c - reference-counted object records and keys (contract in object.h). */
 #include "object.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@
  * The block's pages are also faulted in at once (MADV_POPULATE_WRITE, Linux 5.14): a list
  * fills hundreds of MB of fresh pages, and one page fault per 4 KiB page cost more than the
  * kernel zeroing them. RSS runs at most GROW_AHEAD_BYTES ahead of what records use. Where the
- * kernel refuses the advice the thread stops asking.
+ * kernel does not know the advice the thread stops asking.
  */
 #define GROW_AHEAD_EVERY (96u * 1024u)
 #define GROW_AHEAD_BYTES (120u * 1024u)
@@ -39,7 +40,10 @@ static void populate(void *block, size_t len)
     }
     start = ((uintptr_t)block + page - 1) & ~(uintptr_t)(page - 1);
     end = ((uintptr_t)block + len) & ~(uintptr_t)(page - 1);
-    if (end > start && madvise((void *)start, end - start, MADV_POPULATE_WRITE) != 0)
+    /* EINVAL: a kernel without the advice (before 5.14). Anything else (ENOMEM, EINTR) only
+     * means these pages fault in one by one, as they would have. */
+    if (end > start && madvise((void *)start, end - start, MADV_POPULATE_WRITE) != 0 &&
+        errno == EINVAL)
         refused = 1;
 #else
     (void)block;
