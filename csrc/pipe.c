@@ -86,15 +86,20 @@ static void prefetch(const char *p, size_t len)
         __builtin_prefetch(p + off, 0, 2);
 }
 
+/* The length of the step of b that starts at off. */
+static size_t step_at(const block *b, size_t off)
+{
+    return b->len - off < CONSUME_STEP ? b->len - off : CONSUME_STEP;
+}
+
 static void consume(const block *b)
 {
     size_t n;
-    prefetch(b->data, b->len < CONSUME_STEP ? b->len : CONSUME_STEP);
+    prefetch(b->data, step_at(b, 0));
     for (size_t off = 0; off < b->len; off += n) {
-        n = b->len - off < CONSUME_STEP ? b->len - off : CONSUME_STEP;
+        n = step_at(b, off);
         if (off + n < b->len)
-            prefetch(b->data + off + n,
-                     b->len - off - n < CONSUME_STEP ? b->len - off - n : CONSUME_STEP);
+            prefetch(b->data + off + n, step_at(b, off + n));
         b->fn(b->target, b->data + off, n);
     }
 }
