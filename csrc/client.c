@@ -78,16 +78,6 @@ typedef struct xfer {
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
 
-static void wipe_free(char *s)
-{
-    if (s != NULL) {
-        volatile char *v = s;
-        while (*v)
-            *v++ = 0;
-        free(s);
-    }
-}
-
 static char *dup_opt(const char *s, int *failed)
 {
     char *d;
@@ -316,13 +306,13 @@ static void client_free_config(kinf_client *c)
     free(c->base);
     free(c->host);
     free(c->user_agent);
-    wipe_free(c->proxy); /* may carry proxy credentials */
+    kinf_wipe_free(c->proxy); /* may carry proxy credentials */
     free(c->ca_file);
     free(c->cert_file);
     free(c->key_file);
     free(c->ca_data);
     free(c->cert_data);
-    wipe_free(c->key_data);
+    kinf_wipe_free(c->key_data);
 }
 
 kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char *errbuf,
@@ -462,13 +452,6 @@ const char *kinf_client_server(const kinf_client *c)
     return c->server;
 }
 
-static double monotonic_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Serves pending detach requests. Called with mu held. */
 static void serve_detaches_locked(kinf_client *c)
 {
@@ -522,7 +505,7 @@ static void *io_thread(void *arg)
 
         /* Reflectors in `list` stay valid: only this thread forgets them (in
          * serve_detaches_locked above), and a detacher waits for that. */
-        now = monotonic_now();
+        now = kinf_now();
         next = now + 1.0;
         for (size_t i = 0; i < n; i++) {
             double due = kinf_reflector_io_tick(list[i], now);
@@ -545,7 +528,7 @@ static void *io_thread(void *arg)
                 kinf_reflector_io_done(x->priv, easy, result);
             }
         }
-        now = monotonic_now();
+        now = kinf_now();
         /* A finished transfer may have scheduled its follow-up (a retry after a short
          * backoff, the next page) after `next` was computed: tick again before sleeping. */
         timeout_ms = done || next <= now ? 0 : (int)((next - now) * 1000) + 1;

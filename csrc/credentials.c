@@ -75,21 +75,6 @@ struct kinf_creds {
 
 /* ---- small helpers ---- */
 
-static void wipe(void *p, size_t n)
-{
-    volatile unsigned char *v = p;
-    while (n--)
-        *v++ = 0;
-}
-
-static void wipe_free(char *s)
-{
-    if (s != NULL) {
-        wipe(s, strlen(s));
-        free(s);
-    }
-}
-
 static char *dup_or_null(const char *s, int *failed)
 {
     char *d;
@@ -107,7 +92,7 @@ static void free_vec(char **v, int secret)
         return;
     for (char **p = v; *p; p++) {
         if (secret)
-            wipe_free(*p);
+            kinf_wipe_free(*p);
         else
             free(*p);
     }
@@ -145,13 +130,6 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Trims surrounding whitespace in place (tokens in files end with a newline). */
 static void trim(char *s)
 {
@@ -178,7 +156,7 @@ static int token_ok(const char *t)
 /* A new current token; the old one is kept (for redaction) and the generation moves on. */
 static void set_token(kinf_creds *cr, char *tok)
 {
-    wipe_free(cr->prev_token);
+    kinf_wipe_free(cr->prev_token);
     cr->prev_token = cr->token;
     cr->token = tok;
     cr->generation++;
@@ -239,7 +217,7 @@ static kinf_err read_token_file(const char *path, char **out, struct stat *st, c
     err = KINF_OK;
 out:
     if (buf != NULL) {
-        wipe(buf, TOKEN_FILE_MAX + 1);
+        kinf_wipe(buf, TOKEN_FILE_MAX + 1);
         free(buf);
     }
     close(fd);
@@ -271,7 +249,7 @@ static kinf_err refresh_token_file(kinf_creds *cr, char *errbuf, size_t errlen)
     cr->size = st.st_size;
     cr->mtime = st.st_mtim;
     if (cr->token != NULL && strcmp(cr->token, tok) == 0) {
-        wipe_free(tok);
+        kinf_wipe_free(tok);
         return KINF_OK;
     }
     set_token(cr, tok);
@@ -294,9 +272,9 @@ static void execcred_clear(execcred *e)
 {
     free(e->api_version);
     free(e->kind);
-    wipe_free(e->token);
+    kinf_wipe_free(e->token);
     free(e->cert);
-    wipe_free(e->key);
+    kinf_wipe_free(e->key);
     free(e->expiry);
     memset(e, 0, sizeof(*e));
 }
@@ -318,54 +296,6 @@ static int j_lit(jcur *j, const char *lit)
     return J_OK;
 }
 
-static int hexv(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int hex4(const char *p, const char *end, unsigned *v)
-{
-    *v = 0;
-    if (end - p < 4)
-        return 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexv(p[i]);
-        if (h < 0)
-            return 0;
-        *v = *v * 16 + (unsigned)h;
-    }
-    return 1;
-}
-
-static size_t utf8_put(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
 
 /* A string at j->p; out != NULL receives a malloc'd decoded copy (a decoded string is never
  * longer than its source, so the source length bounds the buffer). */
@@ -405,11 +335,11 @@ static int j_string(jcur *j, char **out)
         case 'r': c = '\r'; break;
         case 't': c = '\t'; break;
         case 'u':
-            if (!hex4(j->p, q, &cp))
+            if (kinf_hex4((const unsigned char *)j->p, (const unsigned char *)q, &cp) != 1)
                 goto bad;
             j->p += 4;
             if (cp >= 0xd800 && cp < 0xdc00) {
-                if (q - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || !hex4(j->p + 2, q, &lo) ||
+                if (q - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || kinf_hex4((const unsigned char *)j->p + 2, (const unsigned char *)q, &lo) != 1 ||
                     lo < 0xdc00 || lo > 0xdfff)
                     goto bad;
                 j->p += 6;
@@ -418,7 +348,7 @@ static int j_string(jcur *j, char **out)
                 goto bad;
             }
             if (buf)
-                n += utf8_put(buf + n, cp);
+                n += (size_t)kinf_utf8_put((unsigned char *)buf + n, cp);
             continue;
         default:
             goto bad;
@@ -434,7 +364,7 @@ static int j_string(jcur *j, char **out)
     return J_OK;
 bad:
     if (buf) {
-        wipe(buf, n);
+        kinf_wipe(buf, n);
         free(buf);
     }
     return J_BAD;
@@ -571,7 +501,7 @@ static int j_opt_string(jcur *j, char **slot, int secret)
     if ((rc = j_string(j, &s)) != J_OK)
         return rc;
     if (secret)
-        wipe_free(*slot);
+        kinf_wipe_free(*slot);
     else
         free(*slot);
     *slot = s;
@@ -790,7 +720,7 @@ static int obuf_add(obuf *b, const char *src, size_t n, size_t max)
             return -2;
         if (b->p != NULL) {
             memcpy(grown, b->p, b->n);
-            wipe(b->p, b->n);
+            kinf_wipe(b->p, b->n);
             free(b->p);
         }
         b->p = grown;
@@ -805,7 +735,7 @@ static int obuf_add(obuf *b, const char *src, size_t n, size_t max)
 static void obuf_free(obuf *b)
 {
     if (b->p != NULL) {
-        wipe(b->p, b->n);
+        kinf_wipe(b->p, b->n);
         free(b->p);
     }
     memset(b, 0, sizeof(*b));
@@ -886,7 +816,7 @@ static void reap(pid_t pid, double deadline, run_result *rr)
             rr->reaped = 0;
             return;
         }
-        if (mono_now() >= deadline) {
+        if (kinf_now() >= deadline) {
             rr->timed_out = 1;
             kill(pid, SIGKILL);
             while ((w = waitpid(pid, &rr->status, 0)) < 0 && errno == EINTR)
@@ -961,11 +891,11 @@ static kinf_err spawn_and_collect(kinf_creds *cr, obuf *out, obuf *errb, run_res
     close(ep[1]);
     op[1] = ep[1] = -1;
 
-    deadline = mono_now() + cr->timeout;
+    deadline = kinf_now() + cr->timeout;
     pfd[0].fd = op[0];
     pfd[1].fd = ep[0];
     while (pfd[0].fd >= 0 || pfd[1].fd >= 0) {
-        double left = deadline - mono_now();
+        double left = deadline - kinf_now();
         int rc;
         if (left <= 0) {
             rr->timed_out = 1;
@@ -1013,8 +943,8 @@ static kinf_err spawn_and_collect(kinf_creds *cr, obuf *out, obuf *errb, run_res
     }
     if (rr->timed_out || rr->too_big || err != KINF_OK)
         kill(pid, SIGKILL);
-    reap(pid, rr->timed_out ? mono_now() : deadline, rr);
-    wipe(chunk, sizeof(chunk));
+    reap(pid, rr->timed_out ? kinf_now() : deadline, rr);
+    kinf_wipe(chunk, sizeof(chunk));
 out:
     for (int i = 0; i < 2; i++) {
         if (op[i] >= 0)
@@ -1109,7 +1039,7 @@ static kinf_err run_exec(kinf_creds *cr, char *errbuf, size_t errlen)
         redact_one(msg, mlen, e.key);
         kinf_creds_redact(cr, msg, mlen);
         kinf_errmsg(errbuf, errlen, "%s", msg);
-        wipe(msg, mlen);
+        kinf_wipe(msg, mlen);
         free(msg);
         goto out;
     }
@@ -1162,13 +1092,13 @@ static kinf_err run_exec(kinf_creds *cr, char *errbuf, size_t errlen)
         goto out;
     }
     /* Take the new credential over. */
-    wipe_free(cr->prev_token);
+    kinf_wipe_free(cr->prev_token);
     cr->prev_token = cr->token;
     cr->token = (e.token && e.token[0]) ? e.token : NULL;
     if (cr->token == e.token)
         e.token = NULL;
     free(cr->cert_pem);
-    wipe_free(cr->key_pem);
+    kinf_wipe_free(cr->key_pem);
     cr->cert_pem = cr->key_pem = NULL;
     if (e.cert && e.cert[0]) {
         cr->cert_pem = e.cert;
@@ -1280,19 +1210,19 @@ void kinf_creds_free(kinf_creds *cr)
 {
     if (cr == NULL)
         return;
-    wipe_free(cr->token);
-    wipe_free(cr->prev_token);
+    kinf_wipe_free(cr->token);
+    kinf_wipe_free(cr->prev_token);
     free(cr->username);
-    wipe_free(cr->password);
+    kinf_wipe_free(cr->password);
     free(cr->token_file);
     free_vec(cr->argv, 1);
     free_vec(cr->env, 1);
     free(cr->api_version);
     free(cr->install_hint);
     free(cr->cert_pem);
-    wipe_free(cr->key_pem);
+    kinf_wipe_free(cr->key_pem);
     for (size_t i = 0; i < cr->nextra; i++)
-        wipe_free(cr->extra[i]);
+        kinf_wipe_free(cr->extra[i]);
     free(cr->extra);
     free(cr);
 }
@@ -1305,7 +1235,7 @@ kinf_err kinf_creds_add_secret(kinf_creds *cr, const char *secret)
     if ((copy = strdup(secret)) == NULL)
         return KINF_ENOMEM;
     if ((grown = realloc(cr->extra, (cr->nextra + 1) * sizeof(*grown))) == NULL) {
-        wipe_free(copy);
+        kinf_wipe_free(copy);
         return KINF_ENOMEM;
     }
     cr->extra = grown;

@@ -339,56 +339,6 @@ static inline size_t vout(const kinf_scanner *s, const unsigned char *p, const u
 
 /* ---- token helpers ----------------------------------------------------- */
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* 4 hex digits at p: 1 and *v when complete, 0 when the input ends first, -1 on a non-hex digit. */
-static int hex4(const unsigned char *p, const unsigned char *end, unsigned *v)
-{
-    unsigned x = 0;
-    for (int i = 0; i < 4; i++) {
-        int h;
-        if (p + i >= end)
-            return 0;
-        h = hexval(p[i]);
-        if (h < 0)
-            return -1;
-        x = (x << 4) | (unsigned)h;
-    }
-    *v = x;
-    return 1;
-}
-
-static int utf8_put(unsigned char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 enum { ESC_EBAD = -1, ESC_EHEX = -2, ESC_EHIGH = -3, ESC_ELOW = -4 };
 
@@ -415,13 +365,13 @@ static int esc_decode(const unsigned char *p, const unsigned char *end, unsigned
     case 'r': out[0] = '\r'; break;
     case 't': out[0] = '\t'; break;
     case 'u':
-        r = hex4(p + 2, end, &hi);
+        r = kinf_hex4(p + 2, end, &hi);
         if (r <= 0)
             return r < 0 ? ESC_EHEX : 0;
         if (hi >= 0xDC00 && hi <= 0xDFFF)
             return ESC_ELOW;
         if (hi < 0xD800 || hi > 0xDBFF) {
-            *outlen = utf8_put(out, hi);
+            *outlen = kinf_utf8_put(out, hi);
             return 6;
         }
         if (end - p < 7)
@@ -432,12 +382,12 @@ static int esc_decode(const unsigned char *p, const unsigned char *end, unsigned
             return 0;
         if (p[7] != 'u')
             return ESC_EHIGH;
-        r = hex4(p + 8, end, &lo);
+        r = kinf_hex4(p + 8, end, &lo);
         if (r <= 0)
             return r < 0 ? ESC_EHEX : 0;
         if (lo < 0xDC00 || lo > 0xDFFF)
             return ESC_EHIGH;
-        *outlen = utf8_put(out, 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
+        *outlen = kinf_utf8_put(out, 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
         return 12;
     default:
         return ESC_EBAD;

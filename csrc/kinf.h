@@ -1,5 +1,6 @@
 /*
- * kinf.h - what every part of the kinformer C core shares: the error values.
+ * kinf.h - what every part of the kinformer C core shares: the error values and a few small
+ * helpers (a monotonic clock, random seeds, wiping secrets, UTF-8 output).
  *
  * Contract: core functions report failure by returning a kinf_err (never by
  * exit(), abort() or a longjmp); where more detail helps they also fill a
@@ -36,5 +37,23 @@ void kinf_errmsg(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* Seconds on the monotonic clock (durations and deadlines; never wall time). Any thread. */
+double kinf_now(void);
+
+/* 64 random bits from the operating system (getrandom), for seeding: two seeds drawn at the
+ * same moment differ. Falls back to the clock mixed with a counter if the OS has none. Never 0. */
+unsigned long long kinf_random_seed(void);
+
+/* Overwrites n bytes with zeros in a way the compiler keeps (secrets before free). */
+void kinf_wipe(void *p, size_t n);
+/* Wipes the NUL-terminated string s, then frees it; accepts NULL. */
+void kinf_wipe_free(char *s);
+
+/* 4 hex digits at p (not past end) into *v: 1 when complete, 0 when the input ends first, -1 on
+ * a byte that is not a hex digit. */
+int kinf_hex4(const unsigned char *p, const unsigned char *end, unsigned *v);
+/* Writes code point cp (at most 0x10FFFF) as UTF-8 at o (room for 4 bytes); returns the length. */
+int kinf_utf8_put(unsigned char *o, unsigned cp);
 
 #endif

@@ -360,13 +360,6 @@ static int r_gc(lua_State *L)
     return 0;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void set_int(lua_State *L, const char *k, double v)
 {
     lua_pushinteger(L, (lua_Integer)v);
@@ -382,7 +375,7 @@ static void set_num(lua_State *L, const char *k, double v)
 static int r_status(lua_State *L)
 {
     kinf_reflector_status st;
-    double now = mono_now();
+    double now = kinf_now();
     kinf_reflector_status_get(check_reflector(L), &st);
     lua_createtable(L, 0, 16);
     lua_pushboolean(L, st.running);

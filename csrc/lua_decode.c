@@ -41,24 +41,6 @@ static void skip_ws(dec *d)
         d->p++;
 }
 
-static int hex4(const unsigned char *p, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return 0;
-    }
-    *out = v;
-    return 1;
-}
 
 /* Appends code point cp as UTF-8. */
 static void add_utf8(luaL_Buffer *b, unsigned cp)
@@ -123,13 +105,13 @@ static int string(dec *d)
         case 't': luaL_addchar(&b, '\t'); q += 2; break;
         case 'u': {
             unsigned cp, lo;
-            if (d->end - q < 6 || !hex4(q + 2, &cp))
+            if (d->end - q < 6 || kinf_hex4(q + 2, q + 6, &cp) != 1)
                 return 0;
             q += 6;
             if (cp >= 0xDC00 && cp <= 0xDFFF)
                 return 0; /* a lone low surrogate */
             if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (d->end - q < 6 || q[0] != '\\' || q[1] != 'u' || !hex4(q + 2, &lo) ||
+                if (d->end - q < 6 || q[0] != '\\' || q[1] != 'u' || kinf_hex4(q + 2, q + 6, &lo) != 1 ||
                     lo < 0xDC00 || lo > 0xDFFF)
                     return 0; /* a high surrogate without its low half */
                 q += 6;

@@ -318,9 +318,7 @@ int kl_new_processor(lua_State *L)
 
 static int l_now(lua_State *L)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+    lua_pushnumber(L, (lua_Number)kinf_now());
     return 1;
 }
 

@@ -152,13 +152,6 @@ static kinf_err on_list_item(void *ud, const kinf_scan_item *item);
 static kinf_err on_list_end(void *ud, const kinf_scan_list_end *end);
 static kinf_err on_watch_item(void *ud, const kinf_scan_item *item);
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double rand01(kinf_reflector *r)
 {
     r->rng ^= r->rng << 13;
@@ -209,7 +202,7 @@ kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
     r->backoff_max = cfg->backoff_max > 0 ? cfg->backoff_max : 30;
     r->backoff = r->backoff_initial;
     kinf_map_init(&r->initial_keys);
-    r->rng = (uint64_t)(uintptr_t)r ^ (uint64_t)(now_mono() * 1e9) ^ 0x9e3779b97f4a7c15ULL;
+    r->rng = (uint64_t)(uintptr_t)r ^ (uint64_t)(kinf_now() * 1e9) ^ 0x9e3779b97f4a7c15ULL;
     if (r->rng == 0)
         r->rng = 1;
     /* One scanner per kind of body, made once: begin_transfer resets the one it uses. */
@@ -330,7 +323,7 @@ static void record_error(kinf_reflector *r, int code, const char *reason, const 
     r->st.last_error_code = code;
     snprintf(r->st.last_error_reason, sizeof(r->st.last_error_reason), "%s", reason ? reason : "");
     clean_text(r->st.last_error_reason);
-    r->st.last_error_time = now_mono();
+    r->st.last_error_time = kinf_now();
     r->st.errors++;
     pthread_mutex_unlock(&r->mu);
 }
@@ -419,7 +412,7 @@ void kinf_reflector_free(kinf_reflector *r)
 /* Waits before `next`: the backoff manager's next step, at least retry_after. */
 static void schedule_backoff(kinf_reflector *r, next_t next, double retry_after)
 {
-    double now = now_mono(), d;
+    double now = kinf_now(), d;
     if (r->backoff_used_at > 0 && now - r->backoff_used_at > BACKOFF_RESET)
         r->backoff = r->backoff_initial;
     d = r->backoff;
@@ -634,7 +627,7 @@ static void scan_chunk(void *target, const char *buf, size_t len)
     }
     if (r->pub_any) {
         /* Watch status once per chunk, not per event: one lock and one rv copy. */
-        double t = now_mono();
+        double t = kinf_now();
         pthread_mutex_lock(&r->mu);
         r->st.events += r->pub_events;
         r->st.last_event_time = t;
@@ -1307,7 +1300,7 @@ static void start_watch(kinf_reflector *r)
     q_param(&q, "timeoutSeconds", timeout);
     r->initial_phase = watch_list;
     drop_items(r);
-    r->watch_started = now_mono();
+    r->watch_started = kinf_now();
     r->watch_events = 0;
     r->phase = PH_WATCH;
     pthread_mutex_lock(&r->mu);
@@ -1338,7 +1331,7 @@ static void watch_restart(kinf_reflector *r, next_t next, int backoff, double re
 
 static void watch_done(kinf_reflector *r, CURLcode result)
 {
-    double lasted = now_mono() - r->watch_started;
+    double lasted = kinf_now() - r->watch_started;
     kinf_status st;
 
     if (r->ev_error) {
@@ -1352,7 +1345,7 @@ static void watch_done(kinf_reflector *r, CURLcode result)
         return;
     }
     if (result == CURLE_OPERATION_TIMEDOUT && r->http_code == 0 && r->watch_started > 0 &&
-        now_mono() - r->watch_started >= r->idle_timeout) {
+        kinf_now() - r->watch_started >= r->idle_timeout) {
         record_error(r, 0, NULL, "watch %s: no data for %.0f s (not even headers), reconnecting",
                      r->path, r->idle_timeout);
         watch_restart(r, r->initial_phase ? NEXT_LIST : NEXT_WATCH, 1, 0);
@@ -1486,7 +1479,7 @@ kinf_reflector_test_req kinf_reflector_test_request(kinf_reflector *r, const cha
     if (!r->test_mode)
         return KINF_TEST_NONE;
     if (r->phase == PH_WAIT) {
-        double now = now_mono();
+        double now = kinf_now();
         (void)kinf_reflector_io_tick(r, r->due > now ? r->due : now);
     }
     if (r->phase != PH_LIST && r->phase != PH_WATCH)
@@ -1514,7 +1507,7 @@ void kinf_reflector_test_end(kinf_reflector *r, CURLcode result, double lasted)
         return;
     snprintf(r->xfer_msg, sizeof(r->xfer_msg), "%s",
              result != CURLE_OK ? curl_easy_strerror(result) : "");
-    r->watch_started = now_mono() - lasted;
+    r->watch_started = kinf_now() - lasted;
     if (!pipelined_next_page(r, result))
         transfer_done(r, result);
 }
