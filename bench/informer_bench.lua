@@ -1,4 +1,4 @@
--- Shared informer benchmark (issue 5) against the fake API server on loopback, next to the
+-- Shared informer benchmark against the fake API server on loopback, next to the
 -- floors measured in the same run (`curl -s -o /dev/null` of the same list, a raw socket reader
 -- of the same watch burst).
 --
@@ -17,7 +17,7 @@
 -- Measured: start() -> wait_for_sync() and peak RSS (VmHWM); MODIFIED events/s until the
 -- handler (for (a): the store) has seen the whole burst; store:get / by_index calls/s from Lua
 -- on a warm cache. Every kinformer measurement runs in a fresh process (peak RSS is per
--- process). The parent prints markdown tables and whether each issue 5 target is met.
+-- process). The parent prints markdown tables and whether each target (bench/README.md) is met.
 local socket = require "socket"
 local gettime, sleep = socket.gettime, socket.sleep
 
@@ -433,7 +433,7 @@ local function main()
     fmt_int(lk.idx_n / lk.idx_s), lk.idx_cpu > 0 and fmt_int(lk.idx_n / lk.idx_cpu) or "-",
     fmt_int(lk.idx_objs / lk.idx_s)))
 
-  -- Targets (issue 5), for the default (stripped) and for managedFields kept.
+  -- Targets, for the default (stripped) and for managedFields kept.
   for _, strip in ipairs{ true, false } do
     local a = sync["none" .. tostring(strip)]
     local what = " (managedFields " .. strip_label(strip) .. ")"
@@ -448,7 +448,7 @@ local function main()
   verdict(get_rate >= 2e6, ("store:get >= 2,000,000 calls/s (warm): %s"):format(fmt_int(get_rate)))
   print()
   print("load average after: " .. loadavg())
-  print("targets (issue 5):")
+  print("targets:")
   for _, v in ipairs(verdicts) do print("  " .. v) end
 end
 

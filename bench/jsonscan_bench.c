@@ -15,7 +15,7 @@
  *     masked by a prefix XOR, the structural positions written to an index) over the same list
  *     bytes. Such a scanner still needs a second pass over that index to validate and extract,
  *     so this row is a lower bound on its time with SSE2, the x86-64 baseline the library is
- *     built for (bench/README.md, issue 3: why the scanner was not rewritten so).
+ *     built for (bench/README.md, "Tried and dropped": why the scanner was not rewritten so).
  *
  *   make bench-jsonscan            (or: cc -O2 -Icsrc bench/jsonscan_bench.c csrc/jsonscan.c
  *                                   csrc/kinf.c csrc/object.c -o jsonscan_bench)

@@ -1,4 +1,4 @@
--- OpenResty routing benchmark (issue 6). Part 1: wrk against examples/openresty (the Host router
+-- OpenResty routing benchmark. Part 1: wrk against examples/openresty (the Host router
 -- over EndpointSlices, in both models) and against a static `upstream` block of the same three
 -- backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
 -- bigger cluster: watches on the API server, memory, sync time, CPU per watch event, and how

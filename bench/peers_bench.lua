@@ -1,4 +1,4 @@
--- kinformer against its peer and the physical floor (issue 8): `make bench`.
+-- kinformer against its peer and the physical floor: `make bench`.
 --
 -- Every scenario runs against the fake API server on loopback (tools/fake-apiserver, realistic
 -- pods of ~9 KB of JSON with managedFields), kinformer and @kubernetes/client-node (its
@@ -862,14 +862,14 @@ sync of 100k pods in the profile above: 0.3 s scanning (`kinf_scanner_feed`) and
 kernel allocating the ~525 MB of record pages (each 4 KiB page's memory-cgroup charge, LRU
 insertion and zeroing, even though they are now faulted in 120 KiB at a time); the I/O thread
 needs about 0.3 s and the Lua thread 0.1 s, and the fake server about 0.3 s of the same two
-cores. Gone since the earlier runs: one `mprotect` per record (the arena grows 120 KiB ahead,
+cores. Already avoided: one `mprotect` per record (the arena grows 120 KiB ahead,
 csrc/object.c), the pipeline draining at every page boundary (csrc/reflector.c), validating the
 managedFields that stripping drops (they are now framed 64 bytes at a time, csrc/jsonscan.c:
 half of a pod's bytes), one page fault per 4 KiB of records (`MADV_POPULATE_WRITE`), and the
 scanner waiting for each cache line the other core wrote (csrc/pipe.c prefetches the next 16
 KiB). What is left: (1) the validating scan of the 4.7 KB kept per pod, about one branch per
 token; a SIMD structural index (simdjson's stage 1) was measured to cost about what the scan
-saves with SSE2 (bench/README.md, issue 3), and AVX2 made the whole scan slower here; (2) the
+saves with SSE2 (bench/README.md, "Tried and dropped"), and AVX2 made the whole scan slower here; (2) the
 record pages: transparent huge pages would remove most of the kernel's share but can stall on
 memory compaction, and records from large slabs would pin memory: a slab is freed only when its
 last record goes, so once watch events have replaced most records of a list the survivors would
@@ -891,21 +891,17 @@ them only when read. In the generated pods the kube-controller-manager and kube-
 once per ReplicaSet, the cache would shrink by about a third, to about 1/5 of client-node's (an
 estimate). With stripping, the default, the target is met (about 1/6).]],
   ["S2-rate"] = [[
-**S2 with managedFields kept.** Until commit 1ca0391 this target was missed (1.5-2.2x): reading
-`obj.metadata.name` decoded the whole `metadata` member, managedFields included. Now `metadata`
-is a lazy table whose name and namespace come from the record and whose other members are
-decoded when read, and cached objects are decoded by kinformer's own decoder: the kept case runs
-near the stripped rate, bounded by the client's scanner thread (see S1 above).]],
+**S2 with managedFields kept.** Reading `obj.metadata.name` does not decode the managedFields:
+`metadata` is a lazy table whose name and namespace come from the record and whose other members
+are decoded when read, and cached objects are decoded by kinformer's own decoder, so the kept
+case runs near the stripped rate, bounded by the client's scanner thread (see S1 above).]],
   ["S4-rss"] = [[
-**S4, relist peak (missed: about 1.9x instead of 1.2x; client-node about 2.2x).** The reflector
-collects every item of a list (`r->items`, csrc/reflector.c) and replaces the FIFO only when the
-list is complete, as client-go does, so during a relist a new copy of every object (~470 MB at
-100k pods, stripped) lives next to the cache's. Proposed fix: while relisting, look each item's
-key up in the FIFO's known objects (the informer's store) before building its record and, when
-the stored record has the same resourceVersion, take a reference to it instead of a copy
-(records are immutable and reference-counted, csrc/object.h). After a 410 nearly every object
-is unchanged, so the relist then costs the pointer array and the changed objects (peak close to
-steady), and it allocates and faults in almost nothing, which also makes it faster.]],
+**S4, relist peak (missed).** The reflector collects every item of a list (csrc/reflector.c) and
+replaces the FIFO only when the list is complete, as client-go does. An item whose key the
+informer's store holds at the same resourceVersion shares the stored record (records are
+immutable and reference-counted, csrc/object.h), so a relist of an unchanged cache costs the
+pointer array and the changed objects; a relist after many changes holds a new copy of each
+changed object next to the cache's until the replace.]],
   ["S3-note"] = [[
 **S3 has no target, but `by_index` is the one lookup where client-node is ahead** (see the S3
 table: objects/s): `informer.list(ns)` copies references out of a Map, while kinformer's
@@ -933,7 +929,7 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
   w("|---|---|")
   w("| machine | " .. v.machine .. " |")
   w(("| load average (1, 5, 15 min) | %s at the start, %s at the end. The machine is shared with "
-    .. "other agents' builds and test suites: wall-clock figures move by up to 2x from one "
+    .. "other builds and test suites: wall-clock figures move by up to 2x from one "
     .. "minute to the next, so compare rows of the same run, not runs of different days |"):format(
       load_start, load_end))
   w("| kinformer | " .. v.kinformer .. " |")
@@ -1088,7 +1084,7 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
   if S5 then
     w("## S5: OpenResty routing overhead")
     w()
-    w("`bench/openresty_bench.lua " .. OPT.s5 .. "` (issue 6; bench/README.md explains the set-up): "
+    w("`bench/openresty_bench.lua " .. OPT.s5 .. "` (bench/README.md explains the set-up): "
       .. "wrk against the example router (`examples/openresty`) in both models and against a static "
       .. "`upstream` block of the same backends. Requests/s per configuration, median (min–max) of the rounds:")
     w()
