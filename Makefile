@@ -29,7 +29,10 @@ CTESTS = $(patsubst csrc/test/test_%.c,%,$(wildcard csrc/test/test_*.c))
 # $(BUILD)/V/obj/NAME.o, and -MMD -MP records the headers it read in NAME.d (included at the
 # end), so a changed header rebuilds exactly the files that include it. Programs link their
 # variant's core archive, $(BUILD)/V/libkinf.a, which brings in only the objects they use.
+# What links a list of objects also depends on mk/sources.mk, so dropping a file relinks it.
 objects = $(patsubst csrc/%.c,$(BUILD)/$1/obj/%.o,$2)
+# What a link reads from its prerequisites (a program's NAME.d adds the headers of its main file).
+inputs = $(filter %.c %.o %.a,$^)
 
 define compile_rule
 $(BUILD)/$1/obj/%.o: csrc/%.c
@@ -38,9 +41,9 @@ $(BUILD)/$1/obj/%.o: csrc/%.c
 endef
 
 define core_archive
-$(BUILD)/$1/libkinf.a: $(call objects,$1,$(CORE_SRC))
+$(BUILD)/$1/libkinf.a: $(call objects,$1,$(CORE_SRC)) mk/sources.mk
 	@rm -f $$@
-	$$(AR) rcs $$@ $$^
+	$$(AR) rcs $$@ $$(inputs)
 endef
 
 # The module: the core is compiled once for both Lua builds (it never includes lua.h), the binding
@@ -49,15 +52,15 @@ COMPILE_so     = $(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC
 COMPILE_lua5.4 = $(COMPILE_so) $(LUA54_CFLAGS)
 COMPILE_luajit = $(COMPILE_so) $(LUAJIT_CFLAGS)
 $(foreach v,so lua5.4 luajit,$(eval $(call compile_rule,$v)))
-LINK_so = $(CC) $(CFLAGS) -shared -o $@ $^ $(LIBS)
+LINK_so = $(CC) $(CFLAGS) -shared -o $@ $(inputs) $(LIBS)
 
 lua54: $(BUILD)/lua5.4/kinformer/core.so
 luajit: $(BUILD)/luajit/kinformer/core.so
 
-$(BUILD)/lua5.4/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,lua5.4,$(BIND_SRC))
+$(BUILD)/lua5.4/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,lua5.4,$(BIND_SRC)) mk/sources.mk
 	@mkdir -p $(@D)
 	$(LINK_so)
-$(BUILD)/luajit/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,luajit,$(BIND_SRC))
+$(BUILD)/luajit/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,luajit,$(BIND_SRC)) mk/sources.mk
 	@mkdir -p $(@D)
 	$(LINK_so)
 
@@ -103,9 +106,9 @@ ASAN_BINS = $(CTESTS:%=$(BUILD)/asan/test_%)
 TSAN_BINS = $(CTESTS:%=$(BUILD)/tsan/test_%)
 
 $(BUILD)/asan/test_%: csrc/test/test_%.c $(BUILD)/asan/libkinf.a
-	$(COMPILE_asan) -MMD -MP -o $@ $^ $(LIBS)
+	$(COMPILE_asan) -MMD -MP -o $@ $(inputs) $(LIBS)
 $(BUILD)/tsan/test_%: csrc/test/test_%.c $(BUILD)/tsan/libkinf.a
-	$(COMPILE_tsan) -MMD -MP -o $@ $^ $(LIBS)
+	$(COMPILE_tsan) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 check-sanitize: $(ASAN_BINS) $(TSAN_BINS)
 	@set -e; for t in $(ASAN_BINS); do echo "== $$t (asan+ubsan)"; \
@@ -142,7 +145,7 @@ COMPILE_bench = $(CC) $(WARN) $(DEFS) -O2 -g -Icsrc
 $(eval $(call compile_rule,bench))
 $(eval $(call core_archive,bench))
 $(BUILD)/bench/%_bench: bench/%_bench.c $(BUILD)/bench/libkinf.a
-	$(COMPILE_bench) -MMD -MP -o $@ $^ $(LIBS)
+	$(COMPILE_bench) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 BENCH_N ?= 100000
 bench-core: lua54 $(BUILD)/bench/fifo_bench

@@ -34,7 +34,7 @@ COMPILE_fuzz = $(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS)
 $(eval $(call compile_rule,fuzz))
 $(eval $(call core_archive,fuzz))
 $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: csrc/fuzz/fuzz_%.c $(BUILD)/fuzz/libkinf.a
-	$(COMPILE_fuzz) -MMD -MP -o $@ $^ $(LIBS)
+	$(COMPILE_fuzz) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 # fuzz-NAME: runs build/fuzz/fuzz_NAME; the exit status is the fuzzer's (non-zero on a finding).
 $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
@@ -64,7 +64,7 @@ $(eval $(call compile_rule,fuzz-cov))
 $(eval $(call core_archive,fuzz-cov))
 $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%): $(BUILD)/fuzz/cov_%: csrc/fuzz/fuzz_%.c $(BUILD)/fuzz-cov/libkinf.a
 	@mkdir -p $(@D)
-	$(COMPILE_fuzz-cov) -MMD -MP -o $@ $^ $(LIBS)
+	$(COMPILE_fuzz-cov) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 fuzz-coverage: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%)
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -13,8 +13,8 @@ $(BUILD)/$1/obj/jsonscan_scalar.o: csrc/jsonscan.c
 	@mkdir -p $$(@D)
 	$$(COMPILE_$1) -DKINF_SCAN_SCALAR -MMD -MP -c -o $$@ $$<
 $(BUILD)/$1/test_jsonscan_scalar: csrc/test/test_jsonscan.c $(BUILD)/$1/obj/jsonscan_scalar.o \
-                                  $(filter-out %/jsonscan.o,$(call objects,$1,$(CORE_SRC)))
-	$$(COMPILE_$1) -DKINF_SCAN_SCALAR -MMD -MP -o $$@ $$^ $$(LIBS)
+                                  $(filter-out %/jsonscan.o,$(call objects,$1,$(CORE_SRC))) mk/sources.mk
+	$$(COMPILE_$1) -DKINF_SCAN_SCALAR -MMD -MP -o $$@ $$(inputs) $$(LIBS)
 endef
 $(foreach v,asan tsan,$(eval $(call scalar_test,$v)))
 
