@@ -1,7 +1,7 @@
 # kinformer build. `make` builds kinformer.core for Lua 5.4 (and LuaJIT 2.1 when its headers are
 # installed); `make test` installs missing Debian packages, builds, runs the C tests under
-# sanitizers and the busted specs. Fragments in mk/*.mk add sources, tests and targets
-# (CORE_SRC += ..., CTESTS += ..., PHONY targets of their own).
+# sanitizers and the busted specs. The C sources are listed once, in mk/sources.mk; the other
+# fragments in mk/*.mk add tests and targets of their own.
 
 SHELL    := /bin/bash
 CC       ?= cc
@@ -15,32 +15,54 @@ BUSTED    = $(LUA) /usr/bin/busted
 LUA54_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
 CURL_LIBS     := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
-
-# The Lua-free core: one file per concept.
-CORE_SRC  = csrc/kinf.c csrc/object.c csrc/map.c csrc/store.c csrc/delta_fifo.c
-# The binding: the only files that include lua.h.
-BIND_SRC  = csrc/lua_core.c csrc/lua_decode.c csrc/lua_store.c csrc/lua_fifo.c
-CTESTS    = map store fifo
-EXTRA_LIBS =
-
--include mk/*.mk
-
-CORE_HDR  = $(wildcard csrc/*.h)
-LIBS      = -lpthread $(EXTRA_LIBS)
+LIBS           = -lpthread $(CURL_LIBS)
 
 .PHONY: all lua54 luajit deps test test-c test-spec check-sanitize clean
 all: lua54 $(if $(LUAJIT_CFLAGS),luajit)
 
+include mk/sources.mk
+
+# C tests: csrc/test/test_NAME.c for each NAME (fragments add variants of them).
+CTESTS = $(patsubst csrc/test/test_%.c,%,$(wildcard csrc/test/test_*.c))
+
+# Objects. A build variant V compiles csrc/NAME.c once, with the command COMPILE_V, into
+# $(BUILD)/V/obj/NAME.o, and -MMD -MP records the headers it read in NAME.d (included at the
+# end), so a changed header rebuilds exactly the files that include it. Programs link their
+# variant's core archive, $(BUILD)/V/libkinf.a, which brings in only the objects they use.
+# What links a list of objects also depends on mk/sources.mk, so dropping a file relinks it.
+objects = $(patsubst csrc/%.c,$(BUILD)/$1/obj/%.o,$2)
+# What a link reads from its prerequisites (a program's NAME.d adds the headers of its main file).
+inputs = $(filter %.c %.o %.a,$^)
+
+define compile_rule
+$(BUILD)/$1/obj/%.o: csrc/%.c
+	@mkdir -p $$(@D)
+	$$(COMPILE_$1) -MMD -MP -c -o $$@ $$<
+endef
+
+define core_archive
+$(BUILD)/$1/libkinf.a: $(call objects,$1,$(CORE_SRC)) mk/sources.mk
+	@rm -f $$@
+	$$(AR) rcs $$@ $$(inputs)
+endef
+
+# The module: the core is compiled once for both Lua builds (it never includes lua.h), the binding
+# once per Lua against that Lua's headers.
+COMPILE_so     = $(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC
+COMPILE_lua5.4 = $(COMPILE_so) $(LUA54_CFLAGS)
+COMPILE_luajit = $(COMPILE_so) $(LUAJIT_CFLAGS)
+$(foreach v,so lua5.4 luajit,$(eval $(call compile_rule,$v)))
+LINK_so = $(CC) $(CFLAGS) -shared -o $@ $(inputs) $(LIBS)
+
 lua54: $(BUILD)/lua5.4/kinformer/core.so
 luajit: $(BUILD)/luajit/kinformer/core.so
 
-$(BUILD)/lua5.4/kinformer/core.so: $(CORE_SRC) $(BIND_SRC) $(CORE_HDR)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC -shared $(LUA54_CFLAGS) -o $@ $(CORE_SRC) $(BIND_SRC) $(LIBS)
-
-$(BUILD)/luajit/kinformer/core.so: $(CORE_SRC) $(BIND_SRC) $(CORE_HDR)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) $(CFLAGS) -fPIC -shared $(LUAJIT_CFLAGS) -o $@ $(CORE_SRC) $(BIND_SRC) $(LIBS)
+$(BUILD)/lua5.4/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,lua5.4,$(BIND_SRC)) mk/sources.mk
+	@mkdir -p $(@D)
+	$(LINK_so)
+$(BUILD)/luajit/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects,luajit,$(BIND_SRC)) mk/sources.mk
+	@mkdir -p $(@D)
+	$(LINK_so)
 
 # Debian packages the project needs; installed only when one is missing.
 DEB_PKGS = build-essential pkg-config lua5.4 liblua5.4-dev libcurl4-openssl-dev lua-cjson \
@@ -71,21 +93,22 @@ test: deps
 	else rc=1; tail -40 $(BUILD)/test-valgrind.log; echo "valgrind: FAILED"; fi; \
 	tools/test-summary.sh $(BUILD)/test-c.log $(BUILD)/test-spec.log; exit $$rc
 
-# C unit tests: csrc/test/test_NAME.c for each NAME in CTESTS, linked with the whole core, run
-# under AddressSanitizer+UBSan and under ThreadSanitizer (clang). Each prints "N passed, N failed".
+# C unit tests: $(BUILD)/asan/test_NAME (AddressSanitizer+UBSan) and $(BUILD)/tsan/test_NAME
+# (ThreadSanitizer, clang) for each NAME in CTESTS, each linked with the core built under the same
+# sanitizer. Each prints "N passed, N failed".
 SAN_CC    = clang
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 TSAN_FLAGS = -O1 -g -fsanitize=thread
-CTEST_CFLAGS = $(WARN) $(DEFS) -Icsrc
+COMPILE_asan = $(SAN_CC) $(WARN) $(DEFS) -Icsrc $(ASAN_FLAGS)
+COMPILE_tsan = $(SAN_CC) $(WARN) $(DEFS) -Icsrc $(TSAN_FLAGS)
+$(foreach v,asan tsan,$(eval $(call compile_rule,$v))$(eval $(call core_archive,$v)))
 ASAN_BINS = $(CTESTS:%=$(BUILD)/asan/test_%)
 TSAN_BINS = $(CTESTS:%=$(BUILD)/tsan/test_%)
 
-$(BUILD)/asan/test_%: csrc/test/test_%.c $(wildcard csrc/test/*.h) $(CORE_SRC) $(CORE_HDR)
-	@mkdir -p $(dir $@)
-	$(SAN_CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
-$(BUILD)/tsan/test_%: csrc/test/test_%.c $(wildcard csrc/test/*.h) $(CORE_SRC) $(CORE_HDR)
-	@mkdir -p $(dir $@)
-	$(SAN_CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(CORE_SRC) $(LIBS)
+$(BUILD)/asan/test_%: csrc/test/test_%.c $(BUILD)/asan/libkinf.a
+	$(COMPILE_asan) -MMD -MP -o $@ $(inputs) $(LIBS)
+$(BUILD)/tsan/test_%: csrc/test/test_%.c $(BUILD)/tsan/libkinf.a
+	$(COMPILE_tsan) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 check-sanitize: $(ASAN_BINS) $(TSAN_BINS)
 	@set -e; for t in $(ASAN_BINS); do echo "== $$t (asan+ubsan)"; \
@@ -116,11 +139,15 @@ demo: deps
 clean:
 	rm -rf $(BUILD)
 
-# Baseline benchmarks of the core (results table: bench/README.md).
+# Baseline benchmarks of the core (results table: bench/README.md). bench/NAME_bench.c is linked
+# with the core built as a plain optimised program (no PIC, no sanitizer).
+COMPILE_bench = $(CC) $(WARN) $(DEFS) -O2 -g -Icsrc
+$(eval $(call compile_rule,bench))
+$(eval $(call core_archive,bench))
+$(BUILD)/bench/%_bench: bench/%_bench.c $(BUILD)/bench/libkinf.a
+	$(COMPILE_bench) -MMD -MP -o $@ $(inputs) $(LIBS)
+
 BENCH_N ?= 100000
-$(BUILD)/bench/fifo_bench: bench/fifo_bench.c $(CORE_SRC) $(CORE_HDR)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(DEFS) -O2 -Icsrc -o $@ $< $(CORE_SRC) $(LIBS)
 bench-core: lua54 $(BUILD)/bench/fifo_bench
 	$(BUILD)/bench/fifo_bench 1000000
 	$(BUILD)/bench/fifo_bench 1000000 1000
@@ -131,3 +158,7 @@ bench-reflector: lua54
 BENCH_PODS ?= 100000
 BENCH_EVENTS ?= 200000
 .PHONY: bench-reflector
+
+include $(filter-out mk/sources.mk,$(wildcard mk/*.mk))
+
+-include $(wildcard $(BUILD)/*/obj/*.d $(BUILD)/*/*.d)

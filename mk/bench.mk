@@ -1,4 +1,4 @@
-# bench.mk - kinformer against @kubernetes/client-node and the physical floor (issue 8):
+# bench.mk - kinformer against @kubernetes/client-node and the physical floor:
 # bench/peers_bench.lua writes bench/RESULTS.md and bench/results.png (bench/results.gp).
 #
 #   make bench                 every scenario (S1-S5), 3 runs each, 10k and 100k pods: about
@@ -9,10 +9,7 @@
 #                              spec/bench_smoke_spec.lua runs it in `make test`)
 #   BENCH_ARGS='--runs=5 --pods=10000 --scenarios=S1,S2'   passed to the script (its header
 #                              lists the options)
-# Results and how to read them: bench/README.md, section "Peers and the floor (issue 8)".
-
-# mk/*.mk are included before the Makefile's `all:`; keep that the default goal.
-_bench_saved_goal := $(.DEFAULT_GOAL)
+# Results and how to read them: bench/README.md, section "Peers and the floor".
 
 BENCH_ARGS ?=
 BENCH_ENV = LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;'
@@ -38,5 +35,3 @@ bench-smoke: lua54
 	@mkdir -p $(BUILD)/bench/smoke
 	$(BENCH_ENV) $(LUA) bench/peers_bench.lua --smoke --out=$(BUILD)/bench/smoke/RESULTS.md \
 	    --png=$(BUILD)/bench/smoke/results.png --data=$(BUILD)/bench/smoke $(BENCH_ARGS)
-
-.DEFAULT_GOAL := $(_bench_saved_goal)

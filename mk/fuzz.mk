@@ -12,9 +12,6 @@
 # inputs go there), writes crashes to csrc/fuzz/crash-*, logs to build/fuzz/<target>.log and
 # prints the executions, time and final coverage line. FUZZ_NICE (default 10) lowers the priority.
 
-# This fragment is included before the Makefile's `all:`; keep that the default goal.
-_fuzz_saved_goal := $(.DEFAULT_GOAL)
-
 FUZZ_SECONDS ?= 30
 FUZZ_RUNS    ?=
 FUZZ_NICE    ?= 10
@@ -31,18 +28,13 @@ FUZZ_ARGS_reflector = -max_len=2048
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 
-# The scanner alone: no libcurl, no threads.
-$(BUILD)/fuzz/fuzz_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/fuzz/fuzzbuf.h csrc/jsonscan.c csrc/jsonscan.h \
-                             csrc/kinf.c csrc/kinf.h csrc/object.h csrc/object.c
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_jsonscan.c \
-	    csrc/jsonscan.c csrc/kinf.c
-
-# The reflector needs the whole core (CORE_SRC is complete once every fragment is read).
-$(BUILD)/fuzz/fuzz_reflector: csrc/fuzz/fuzz_reflector.c csrc/fuzz/fuzzbuf.h $(wildcard csrc/*.c csrc/*.h)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS) -o $@ csrc/fuzz/fuzz_reflector.c \
-	    $(CORE_SRC) $(LIBS)
+# build/fuzz/fuzz_NAME: csrc/fuzz/fuzz_NAME.c linked with the core built for fuzzing (the scanner's
+# target brings in only the scanner and what it uses).
+COMPILE_fuzz = $(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_FLAGS)
+$(eval $(call compile_rule,fuzz))
+$(eval $(call core_archive,fuzz))
+$(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: csrc/fuzz/fuzz_%.c $(BUILD)/fuzz/libkinf.a
+	$(COMPILE_fuzz) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 # fuzz-NAME: runs build/fuzz/fuzz_NAME; the exit status is the fuzzer's (non-zero on a finding).
 $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
@@ -67,15 +59,12 @@ FUZZ_COV_FLAGS = -O1 -g -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-ma
 FUZZ_COV_FILES_jsonscan  = csrc/jsonscan.c
 FUZZ_COV_FILES_reflector = csrc/reflector.c csrc/jsonscan.c csrc/delta_fifo.c csrc/object.c
 
-$(BUILD)/fuzz/cov_jsonscan: csrc/fuzz/fuzz_jsonscan.c csrc/jsonscan.c csrc/jsonscan.h csrc/kinf.c
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS) -o $@ csrc/fuzz/fuzz_jsonscan.c \
-	    csrc/jsonscan.c csrc/kinf.c
-
-$(BUILD)/fuzz/cov_reflector: csrc/fuzz/fuzz_reflector.c $(wildcard csrc/*.c csrc/*.h)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS) -o $@ csrc/fuzz/fuzz_reflector.c \
-	    $(CORE_SRC) $(LIBS)
+COMPILE_fuzz-cov = $(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS)
+$(eval $(call compile_rule,fuzz-cov))
+$(eval $(call core_archive,fuzz-cov))
+$(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%): $(BUILD)/fuzz/cov_%: csrc/fuzz/fuzz_%.c $(BUILD)/fuzz-cov/libkinf.a
+	@mkdir -p $(@D)
+	$(COMPILE_fuzz-cov) -MMD -MP -o $@ $(inputs) $(LIBS)
 
 fuzz-coverage: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%)
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -88,5 +77,3 @@ fuzz-coverage: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%)
 	    files="$(FUZZ_COV_FILES_jsonscan)"; [ $$t = reflector ] && files="$(FUZZ_COV_FILES_reflector)"; \
 	    llvm-cov report $(BUILD)/fuzz/cov_$$t -instr-profile=$(BUILD)/fuzz/cov-$$t.profdata $$files; \
 	done
-
-.DEFAULT_GOAL := $(_fuzz_saved_goal)

@@ -1,4 +1,4 @@
-# openresty.mk - kinformer inside nginx (issue 6): lua/kinformer/ngx.lua, examples/openresty.
+# openresty.mk - kinformer inside nginx: lua/kinformer/ngx.lua, examples/openresty.
 #
 #   make test-openresty     spec/openresty_spec.lua alone: the fake API server, three backends and
 #                           the example's nginx (2 workers) on loopback, both models (~20 s; it is
@@ -7,9 +7,6 @@
 #                           block, and what each model costs (results: bench/README.md)
 #                           [BENCH_OR_SECONDS=5 BENCH_OR_ROUNDS=7 BENCH_OR_SERVICES=2000
 #                            BENCH_OR_EVENTS=20000]
-
-# This fragment is included before the Makefile's `all:`; keep that the default goal.
-_openresty_saved_goal := $(.DEFAULT_GOAL)
 
 BENCH_OR_SECONDS ?= 5
 BENCH_OR_ROUNDS ?= 7
@@ -25,5 +22,3 @@ bench-openresty: all
 	@command -v wrk >/dev/null || $(MAKE) --no-print-directory deps
 	LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' $(LUA) bench/openresty_bench.lua \
 	    $(BENCH_OR_SECONDS) $(BENCH_OR_ROUNDS) $(BENCH_OR_SERVICES) $(BENCH_OR_EVENTS)
-
-.DEFAULT_GOAL := $(_openresty_saved_goal)

@@ -1,5 +1,4 @@
-# The core specs under valgrind (issue 9): any memory error or definite leak fails the run.
-_valgrind_saved_goal := $(.DEFAULT_GOAL)
+# valgrind.mk - the core specs under valgrind: any memory error or definite leak fails the run.
 VALGRIND_SPECS = spec/keys_spec.lua spec/store_spec.lua spec/delta_fifo_spec.lua \
                  spec/informer_spec.lua spec/workqueue_spec.lua spec/rest_spec.lua \
                  spec/decode_spec.lua
@@ -7,4 +6,3 @@ VALGRIND = valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-l
 .PHONY: check-valgrind
 check-valgrind: all
 	$(VALGRIND) $(BUSTED) --helper=spec/helper.lua -o utfTerminal $(VALGRIND_SPECS)
-.DEFAULT_GOAL := $(_valgrind_saved_goal)

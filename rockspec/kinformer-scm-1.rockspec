@@ -1,7 +1,9 @@
--- Builds offline from a checkout: luarocks --lua-version=5.4 make --local rockspec/kinformer-scm-1.rockspec
--- (run from the repository root). Runtime dependencies: lua-cjson (Debian: lua-cjson) and, to
--- read kubeconfig files, lyaml (Debian: lua-yaml); they are not declared below so that an
--- offline build with Debian-installed packages works.
+-- From the repository root:
+--   luarocks --lua-version=5.4 make --local rockspec/kinformer-scm-1.rockspec
+-- builds the C module against the system's libcurl and installs lua-cjson and lyaml from
+-- luarocks.org when they are missing (lyaml builds against libyaml). Offline, with the Lua
+-- packages from the system (Debian: lua-cjson, lua-yaml), add --deps-mode=none.
+-- The C sources below are mk/sources.mk's list (spec/rockspec_spec.lua checks that they agree).
 rockspec_format = "3.0"
 package = "kinformer"
 version = "scm-1"
@@ -13,12 +15,20 @@ description = {
   detailed = [[
 A C core implements the reflector (list + watch with libcurl), the DeltaFIFO and the
 thread-safe indexed store; Lua scripts register on_add/on_update/on_delete handlers and index
-functions. Requires lua-cjson at run time.
+functions. Needs libcurl; reads kubeconfig files with lyaml.
 ]],
   license = "Apache-2.0",
 }
 dependencies = {
   "lua >= 5.1",
+  "lua-cjson",
+  "lyaml",
+}
+-- Only the library is checked: Debian and Ubuntu install curl/curl.h under
+-- /usr/include/<multiarch>/, where LuaRocks looks for libraries but not for headers, and the
+-- compiler finds it there anyway.
+external_dependencies = {
+  CURL = { library = "curl" },
 }
 build = {
   type = "builtin",
@@ -41,7 +51,8 @@ build = {
         "csrc/lua_informer.c",
       },
       defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
-      incdirs = { "csrc" },
+      incdirs = { "csrc", "$(CURL_INCDIR)" },
+      libdirs = { "$(CURL_LIBDIR)" },
       libraries = { "pthread", "curl" },
     },
   },

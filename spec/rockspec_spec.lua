@@ -1,18 +1,45 @@
--- The rockspec builds offline from the checkout and the installed rock works on its own.
+-- The rockspec builds offline from the checkout, the installed rock works on its own, and the
+-- rockspec lists the same C sources and Lua modules as the checkout (it cannot read
+-- mk/sources.mk, so these cases keep the two from drifting apart).
+local ROCKSPEC = "rockspec/kinformer-scm-1.rockspec"
+
+local function run(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+local function sorted(t)
+  table.sort(t)
+  return t
+end
+
+local function rockspec()
+  local f = assert(io.open(KINFORMER_ROOT .. "/" .. ROCKSPEC))
+  local text = f:read("a")
+  f:close()
+  local spec = {}
+  assert(load(text, "@" .. ROCKSPEC, "t", spec))()
+  return spec
+end
+
+-- A copy of what the rock is built from, so that luarocks' objects stay out of the checkout.
+local function copy_of_checkout(dir)
+  assert(os.execute(("mkdir -p '%s' && cd '%s' && cp -r csrc lua rockspec '%s'"):format(
+    dir, KINFORMER_ROOT, dir)))
+end
+
 describe("rockspec/kinformer-scm-1.rockspec", function()
-  it("installs with `luarocks make` into a temporary tree and is required from there", function()
-    local root = KINFORMER_ROOT
-    local tree = os.tmpname()
-    os.remove(tree)
-    finally(function() os.execute("rm -rf '" .. tree .. "'") end)
-    local log = tree .. ".log"
-    local ok = os.execute(("cd '%s' && luarocks --lua-version=5.4 make --tree '%s' "
-      .. "rockspec/kinformer-scm-1.rockspec > '%s' 2>&1"):format(root, tree, log))
-    local f = io.open(log)
-    local out = f and f:read("a") or ""
-    if f then f:close() end
-    os.remove(log)
-    assert.is_true(ok == true or ok == 0, "luarocks make failed:\n" .. out)
+  it("installs with `luarocks make --deps-mode=none` into a temporary tree, required from there", function()
+    local tmp = os.tmpname()
+    os.remove(tmp)
+    finally(function() os.execute("rm -rf '" .. tmp .. "'") end)
+    local src, tree = tmp .. "/src", tmp .. "/tree"
+    copy_of_checkout(src)
+    local ok, out = run(("cd '%s' && luarocks --lua-version=5.4 make --tree '%s' --deps-mode=none %s")
+      :format(src, tree, ROCKSPEC))
+    assert.is_true(ok, "luarocks make failed:\n" .. out)
 
     -- A fresh interpreter that sees only the tree (and the system paths for lua-cjson).
     local probe = ([[
@@ -28,5 +55,43 @@ describe("rockspec/kinformer-scm-1.rockspec", function()
     local result = p:read("a")
     p:close()
     assert.equals(tree .. "/lib/lua/5.4/kinformer/core.so 1 a/b", result)
+  end)
+
+  it("stops with LuaRocks' message naming CURL when libcurl is not where it looks", function()
+    local tmp = os.tmpname()
+    os.remove(tmp)
+    finally(function() os.execute("rm -rf '" .. tmp .. "'") end)
+    copy_of_checkout(tmp .. "/src")
+    assert(os.execute(("mkdir -p '%s/empty'"):format(tmp)))
+    local ok, out = run(("cd '%s/src' && luarocks --lua-version=5.4 make --tree '%s/tree' "
+      .. "--deps-mode=none %s CURL_DIR='%s/empty'"):format(tmp, tmp, ROCKSPEC, tmp))
+    assert.is_falsy(ok)
+    assert.matches("Could not find library file for CURL", out, 1, true)
+  end)
+
+  it("builds kinformer.core from exactly the C sources of mk/sources.mk", function()
+    local ok, out = run(("cd '%s' && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -s -f mk/sources.mk "
+      .. "--eval 'print: ; @echo $(CORE_SRC) $(BIND_SRC)' print"):format(KINFORMER_ROOT))
+    assert.is_true(ok, out)
+    local listed = {}
+    for file in out:gmatch("%S+") do listed[#listed + 1] = file end
+    assert.is_true(#listed > 10, out)
+    local core = rockspec().build.modules["kinformer.core"]
+    assert.same(sorted(listed), sorted(core.sources))
+  end)
+
+  it("installs every lua/kinformer module, and only those, each from its own file", function()
+    local ok, out = run(("cd '%s' && find lua/kinformer -name '*.lua'"):format(KINFORMER_ROOT))
+    assert.is_true(ok, out)
+    local files = {}
+    for file in out:gmatch("[^\n]+") do
+      local name = file:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
+      files[name] = file
+    end
+    local modules = {}
+    for name, file in pairs(rockspec().build.modules) do
+      if name ~= "kinformer.core" then modules[name] = file end
+    end
+    assert.same(files, modules)
   end)
 end)

@@ -1,0 +1,26 @@
+# The C sources of kinformer.core, one a line: the only list of them. The Makefile builds the
+# module, the C tests, the fuzzers and the benches from it; spec/rockspec_spec.lua checks that the
+# rockspec's kinformer.core sources are the same files.
+
+# The Lua-free core: one file per concept.
+CORE_SRC += csrc/kinf.c
+CORE_SRC += csrc/object.c
+CORE_SRC += csrc/map.c
+CORE_SRC += csrc/store.c
+CORE_SRC += csrc/delta_fifo.c
+CORE_SRC += csrc/jsonscan.c
+CORE_SRC += csrc/jsonspan.c
+CORE_SRC += csrc/informer.c
+CORE_SRC += csrc/pipe.c
+CORE_SRC += csrc/client.c
+CORE_SRC += csrc/request.c
+CORE_SRC += csrc/reflector.c
+CORE_SRC += csrc/credentials.c
+
+# The binding: the only files that include lua.h.
+BIND_SRC += csrc/lua_core.c
+BIND_SRC += csrc/lua_decode.c
+BIND_SRC += csrc/lua_store.c
+BIND_SRC += csrc/lua_fifo.c
+BIND_SRC += csrc/lua_client.c
+BIND_SRC += csrc/lua_informer.c
