@@ -62,7 +62,8 @@ int kl_fail(lua_State *L, kinf_err err, const char *msg)
 {
     lua_pushnil(L);
     lua_pushstring(L, msg && msg[0] ? msg : kinf_strerror(err));
-    return 2;
+    lua_pushstring(L, kinf_errname(err));
+    return 3;
 }
 
 void kl_log(lua_State *L, const char *level, const char *msg)
@@ -723,11 +724,8 @@ static int l_split_key(lua_State *L)
     size_t len;
     const char *key = luaL_checklstring(L, 1, &len);
     kinf_str ns, name;
-    if (kinf_split_key(key, len, &ns, &name) != KINF_OK) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "unexpected key format: %s", key);
-        return 2;
-    }
+    if (kinf_split_key(key, len, &ns, &name) != KINF_OK)
+        return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "unexpected key format: %s", key));
     lua_pushlstring(L, ns.ptr, ns.len);
     lua_pushlstring(L, name.ptr, name.len);
     return 2;

@@ -142,11 +142,8 @@ static int f_replace(lua_State *L)
         if (!apply_transform(L, -1))
             return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
         obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
-        if (obj == NULL) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg);
-            return 2;
-        }
+        if (obj == NULL)
+            return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
         lua_pop(L, 2);
     }

@@ -70,7 +70,8 @@ void kl_push_deltas(lua_State *L, const kinf_deltas *d);
 /* Parses a type name ("Added", ...); -1 when unknown. */
 int kl_delta_type(const char *name);
 
-/* Pushes nil and a message for err (using msg when given); returns 2. */
+/* A runtime failure: pushes nil, a message for err (msg when given, else kinf_strerror) and
+ * err's stable name (kinf_errname: what callers match on); returns 3. */
 int kl_fail(lua_State *L, kinf_err err, const char *msg);
 
 /* Logs through the function set with set_logger (default: stderr). Never raises. */
