@@ -3,6 +3,10 @@
  * reflector.c. Resource names are resolved to paths in Lua (lua/kinformer/init.lua); this file
  * takes the path as given.
  *
+ * core.client(opts [, from_config]): wrong argument types, unknown option names and (by default)
+ * bad option values raise at the caller's line; with from_config, bad values are data (they came
+ * from a kubeconfig) and come back as nil, message, "EINVAL". Other failures: nil, message, code.
+ *
  * A reflector userdata keeps its client and FIFO userdata alive through its uservalue. Its
  * __gc stops it (joining the I/O thread's detach), so a forgotten reflector never keeps
  * watching; the client's I/O thread ends with the last reference to the client.
@@ -147,11 +151,12 @@ static const char *const *opt_string_array(lua_State *L, const opts *o, const ch
 
 /* The exec option: { command =, args = {...}, env = {"NAME=VALUE", ...}, api_version =,
  * install_hint =, timeout = }. Leaves the exec table and two array userdata (or nils) on the
- * stack. */
+ * stack. Unknown names in it were refused by l_client. */
+static const char *const EXEC_KNOWN[] = {"command", "args", "env", "api_version",
+                                         "install_hint", "timeout", NULL};
+
 static const kinf_exec_config *opt_exec(lua_State *L, const opts *o, kinf_exec_config *x)
 {
-    static const char *const known[] = {"command", "args", "env", "api_version",
-                                        "install_hint", "timeout", NULL};
     opts e = *o;
     lua_getfield(L, o->t, "exec");
     if (lua_isnil(L, -1)) {
@@ -160,8 +165,7 @@ static const kinf_exec_config *opt_exec(lua_State *L, const opts *o, kinf_exec_c
     }
     if (lua_type(L, -1) != LUA_TTABLE)
         bad_value(L, o, "option 'exec' must be a table, got %s", luaL_typename(L, -1));
-    e.t = lua_gettop(L);
-    check_known(L, &e, known, "exec ");
+    e.t = lua_gettop(L); /* its names were checked by l_client */
     memset(x, 0, sizeof(*x));
     x->command = opt_string(L, &e, "command");
     if (x->command == NULL)
@@ -240,6 +244,12 @@ static int l_client(lua_State *L)
     o.as_data = lua_toboolean(L, 2);
     lua_settop(L, 1);
     check_known(L, &o, known, "");
+    lua_getfield(L, 1, "exec");
+    if (lua_istable(L, 2)) {
+        opts e = {2, "client", 0};
+        check_known(L, &e, EXEC_KNOWN, "exec ");
+    }
+    lua_settop(L, 1);
     if (!o.as_data)
         return client_from_options(L, &o);
     lua_pushcfunction(L, client_from_data);
