@@ -26,6 +26,7 @@
 
 #include "informer.h"
 #include "lua_kinf.h"
+#include "lua_store.h"
 
 #define PROC_MT "kinformer.processor"
 

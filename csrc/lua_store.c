@@ -17,7 +17,10 @@
 #include <string.h>
 
 #include "lua_kinf.h"
+#include "lua_store.h"
 #include "store.h"
+
+#define KL_STORE_MT "kinformer.store"
 
 enum { PINNED = 1, FNS = 2, BYKEY = 3 };
 
