@@ -17,7 +17,7 @@ LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
 CURL_LIBS     := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
 # The Lua-free core: one file per concept.
-CORE_SRC  = csrc/kinf.c csrc/object.c csrc/map.c csrc/store.c csrc/delta_fifo.c
+CORE_SRC  = csrc/kinf.c csrc/object.c csrc/map.c csrc/index.c csrc/store.c csrc/delta_fifo.c
 # The binding: the only files that include lua.h.
 BIND_SRC  = csrc/lua_core.c csrc/lua_object.c csrc/lua_guard.c csrc/lua_decode.c csrc/lua_store.c \
             csrc/lua_fifo.c

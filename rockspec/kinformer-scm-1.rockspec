@@ -33,7 +33,7 @@ build = {
     ["kinformer.ngx"] = "lua/kinformer/ngx.lua",
     ["kinformer.core"] = {
       sources = {
-        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/store.c", "csrc/delta_fifo.c",
+        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/request.c", "csrc/reflector.c", "csrc/jsonspan.c",
         "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c",
