@@ -666,43 +666,53 @@ static int l_encode(lua_State *L)
     return 1;
 }
 
-/* to_table(obj): a fresh, fully decoded, mutable copy (tombstones: a plain {key, obj}). */
-static int l_to_table(lua_State *L)
+/* Pushes a fresh, fully decoded, mutable copy of the table at idx (tombstones: a plain
+ * {key, obj}, obj copied the same way). Raises, at the caller of to_table, for a user table
+ * that cannot be encoded. */
+static void push_copy(lua_State *L, int idx)
 {
     kinf_object *obj;
     box *b;
-    luaL_checktype(L, 1, LUA_TTABLE);
-    if (kl_is_tombstone(L, 1)) {
+
+    idx = kl_absindex(L, idx);
+    luaL_checkstack(L, 4, "kinformer: copying an object");
+    if (kl_is_tombstone(L, idx)) {
         lua_createtable(L, 0, 2);
-        lua_getfield(L, 1, "key");
+        lua_getfield(L, idx, "key");
         lua_setfield(L, -2, "key");
-        lua_getfield(L, 1, "obj");
+        lua_getfield(L, idx, "obj");
         if (lua_istable(L, -1)) {
-            lua_pushcfunction(L, l_to_table);
-            lua_insert(L, -2);
-            lua_call(L, 1, 1);
+            push_copy(L, -1);
+            lua_remove(L, -2);
         }
         lua_setfield(L, -2, "obj");
-        return 1;
+        return;
     }
-    obj = record_of(L, 1);
+    obj = record_of(L, idx);
     if (obj != NULL) {
         decode_record(L, obj);
-        return 1;
+        return;
     }
-    b = lazy_box(L, 1, &SUBS_KEY);
+    b = lazy_box(L, idx, &SUBS_KEY);
     if (b != NULL) {
         decode_span(L, b, "metadata");
-        return 1;
+        return;
     }
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushcfunction(L, l_encode);
-    lua_pushvalue(L, 1);
+    lua_pushvalue(L, idx);
     lua_call(L, 1, 2);
     if (lua_isnil(L, -2))
-        return luaL_error(L, "bad argument #1 to 'to_table' (%s)", lua_tostring(L, -1));
+        kl_argerror(L, 1, "to_table", "%s", lua_tostring(L, -1));
     lua_pop(L, 1);
     lua_call(L, 1, 1);
+}
+
+/* to_table(obj): a fresh, fully decoded, mutable copy (tombstones: a plain {key, obj}). */
+static int l_to_table(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    push_copy(L, 1);
     return 1;
 }
 

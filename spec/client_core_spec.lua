@@ -18,7 +18,7 @@ describe("core.client", function()
   it("as arguments: a bad value raises naming argument #1 at the caller's line", function()
     for _, opts in ipairs(BAD_VALUES) do
       local line = debug.getinfo(1, "l").currentline
-      local ok, err = pcall(function() return core.client(opts) end)
+      local ok, err = pcall(function() core.client(opts) end) -- a statement: no tail call
       assert.is_false(ok)
       assert.matches("bad argument #1 to 'client'", err, 1, true)
       assert.matches("client_core_spec.lua:" .. line + 1 .. ":", err, 1, true)

@@ -152,6 +152,18 @@ describe("keys", function()
       assert.matches("bad argument #2 to 'tombstone'", err, 1, true)
     end)
 
+    it("to_table copies one; an object that cannot be encoded raises at the caller's line", function()
+      local copy = kinformer.to_table(kinformer.tombstone("ns/p", obj("p", "ns")))
+      assert.same({ key = "ns/p", obj = obj("p", "ns") }, copy)
+      assert.is_false(kinformer.is_tombstone(copy))
+      local t = kinformer.tombstone("ns/p", { metadata = { name = "p" }, f = print })
+      local line = debug.getinfo(1, "l").currentline
+      local ok, err = pcall(function() kinformer.to_table(t) end)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'to_table'", err, 1, true)
+      assert.matches("keys_spec.lua:" .. line + 1 .. ":", err, 1, true)
+    end)
+
     it("round-trip through a fifo with their key and last known object", function()
       local fifo = kinformer.delta_fifo()
       assert.is_true(fifo:add(obj("p", "ns")))
