@@ -30,6 +30,26 @@ const char *kinf_strerror(kinf_err err)
     return "unknown error";
 }
 
+const char *kinf_errname(kinf_err err)
+{
+    switch (err) {
+    case KINF_OK:        return "OK";
+    case KINF_ENOMEM:    return "ENOMEM";
+    case KINF_EINVAL:    return "EINVAL";
+    case KINF_ENOKEY:    return "ENOKEY";
+    case KINF_ECLOSED:   return "ECLOSED";
+    case KINF_ETIMEDOUT: return "ETIMEDOUT";
+    case KINF_EBUSY:     return "EBUSY";
+    case KINF_EEXIST:    return "EEXIST";
+    case KINF_ENOTFOUND: return "ENOTFOUND";
+    case KINF_EINDEX:    return "EINDEX";
+    case KINF_EPARSE:    return "EPARSE";
+    case KINF_ETOOBIG:   return "ETOOBIG";
+    case KINF_EIO:       return "EIO";
+    }
+    return "EUNKNOWN";
+}
+
 void kinf_errmsg(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;

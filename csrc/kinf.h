@@ -5,7 +5,8 @@
  * Contract: core functions report failure by returning a kinf_err (never by
  * exit(), abort() or a longjmp); where more detail helps they also fill a
  * caller-provided message buffer. KINF_OK is 0 so `if (err)` reads naturally.
- * kinf_strerror() returns a static, human-readable string for each value.
+ * kinf_strerror() returns a static, human-readable string for each value, kinf_errname() its
+ * stable short name.
  * No core header includes lua.h: the core is a plain C library.
  */
 #ifndef KINF_H
@@ -30,6 +31,10 @@ typedef enum kinf_err {
 } kinf_err;
 
 const char *kinf_strerror(kinf_err err);
+/* The value's short stable name ("ENOMEM", "EINVAL", ...: the enum name without KINF_), static;
+ * "OK" for KINF_OK and "EUNKNOWN" for a value outside the enum. Code matches on these, never on
+ * kinf_strerror's text. */
+const char *kinf_errname(kinf_err err);
 
 /* Copies a formatted message into buf (always NUL-terminated when len > 0). */
 void kinf_errmsg(char *buf, size_t len, const char *fmt, ...)

@@ -3,10 +3,15 @@
  * reflector.c. Resource names are resolved to paths in Lua (lua/kinformer/init.lua); this file
  * takes the path as given.
  *
+ * core.client(opts [, from_config]): wrong argument types, unknown option names and (by default)
+ * bad option values raise at the caller's line; with from_config, bad values are data (they came
+ * from a kubeconfig) and come back as nil, message, "EINVAL". Other failures: nil, message, code.
+ *
  * A reflector userdata keeps its client and FIFO userdata alive through its uservalue. Its
  * __gc stops it (joining the I/O thread's detach), so a forgotten reflector never keeps
  * watching; the client's I/O thread ends with the last reference to the client.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,91 +32,115 @@ typedef struct lreflector {
     kinf_reflector *r;
 } lreflector;
 
-static const char *opt_string(lua_State *L, int t, const char *key, const char *fname)
+/*
+ * Options. Every reader takes the options table and what a bad value does: as arguments (the
+ * default) it raises "bad argument #1 to 'fname' (...)" at the caller's line; as data
+ * (core.client(opts, true): values a kubeconfig supplied) it raises the bare reason, which
+ * l_client catches and returns as nil, reason, "EINVAL". An unknown option name is the calling
+ * code's mistake either way and always raises as an argument error.
+ */
+typedef struct opts {
+    int t;             /* stack index of the options table */
+    const char *fname; /* the Lua function, for messages */
+    int as_data;
+} opts;
+
+static int bad_value(lua_State *L, const opts *o, const char *fmt, ...)
+{
+    va_list ap;
+    const char *reason;
+    va_start(ap, fmt);
+    reason = lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    if (o->as_data)
+        return lua_error(L);
+    return kl_argerror(L, 1, o->fname, "%s", reason);
+}
+
+static const char *opt_string(lua_State *L, const opts *o, const char *key)
 {
     const char *s;
-    lua_getfield(L, t, key);
+    lua_getfield(L, o->t, key);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         return NULL;
     }
     if (lua_type(L, -1) != LUA_TSTRING)
-        kl_argerror(L, 1, fname, "option '%s' must be a string, got %s", key, luaL_typename(L, -1));
+        bad_value(L, o, "option '%s' must be a string, got %s", key, luaL_typename(L, -1));
     s = lua_tostring(L, -1);
     lua_pop(L, 1); /* still referenced by the options table */
     return s;
 }
 
-static double opt_number(lua_State *L, int t, const char *key, const char *fname, double min)
+/* A number >= 0 (every numeric option is a size, a count or seconds). */
+static double opt_number(lua_State *L, const opts *o, const char *key)
 {
     double v;
-    lua_getfield(L, t, key);
+    lua_getfield(L, o->t, key);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         return 0;
     }
     if (lua_type(L, -1) != LUA_TNUMBER)
-        kl_argerror(L, 1, fname, "option '%s' must be a number, got %s", key, luaL_typename(L, -1));
+        bad_value(L, o, "option '%s' must be a number, got %s", key, luaL_typename(L, -1));
     v = lua_tonumber(L, -1);
-    if (!(v >= min))
-        kl_argerror(L, 1, fname, "option '%s' must be >= %g", key, min);
+    if (!(v >= 0))
+        bad_value(L, o, "option '%s' must be >= 0", key);
     lua_pop(L, 1);
     return v;
 }
 
-static int opt_bool(lua_State *L, int t, const char *key, const char *fname, int dflt)
+static int opt_bool(lua_State *L, const opts *o, const char *key, int dflt)
 {
     int v = dflt;
-    lua_getfield(L, t, key);
+    lua_getfield(L, o->t, key);
     if (!lua_isnil(L, -1)) {
         if (!lua_isboolean(L, -1))
-            kl_argerror(L, 1, fname, "option '%s' must be a boolean, got %s", key,
-                        luaL_typename(L, -1));
+            bad_value(L, o, "option '%s' must be a boolean, got %s", key, luaL_typename(L, -1));
         v = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     return v;
 }
 
-/* Raises for an option not in `known` (NULL-terminated). */
-static void check_known(lua_State *L, int t, const char *const *known, const char *fname)
+/* Raises for an option not in `known` (NULL-terminated); `what` names the table ("", "exec "). */
+static void check_known(lua_State *L, const opts *o, const char *const *known, const char *what)
 {
-    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+    for (lua_pushnil(L); lua_next(L, o->t); lua_pop(L, 1)) {
         int ok = 0;
         if (lua_type(L, -2) == LUA_TSTRING) {
             for (const char *const *k = known; *k; k++)
                 ok |= strcmp(*k, lua_tostring(L, -2)) == 0;
         }
         if (!ok)
-            kl_argerror(L, 1, fname, "unknown option '%s'",
+            kl_argerror(L, 1, o->fname, "unknown %soption '%s'", what,
                         lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
     }
 }
 
 /* A NULL-terminated array of the strings in the array at t[key] (NULL when absent), living in
  * a userdata left on the stack (so a later raise frees it); the strings stay referenced by the
- * options table. Raises for a non-array or a non-string element. */
-static const char *const *opt_string_array(lua_State *L, int t, const char *key,
-                                           const char *fname)
+ * options table. A bad value for a non-array or a non-string element. */
+static const char *const *opt_string_array(lua_State *L, const opts *o, const char *key)
 {
     const char **v;
     size_t n;
-    lua_getfield(L, t, key);
+    lua_getfield(L, o->t, key);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         lua_pushnil(L); /* keep the stack shape: one slot per call */
         return NULL;
     }
     if (lua_type(L, -1) != LUA_TTABLE)
-        kl_argerror(L, 1, fname, "option '%s' must be an array of strings, got %s", key,
-                    luaL_typename(L, -1));
+        bad_value(L, o, "option '%s' must be an array of strings, got %s", key,
+                  luaL_typename(L, -1));
     n = (size_t)kl_rawlen(L, -1);
     v = lua_newuserdata(L, (n + 1) * sizeof(*v));
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, -2, (int)i + 1);
         if (lua_type(L, -1) != LUA_TSTRING)
-            kl_argerror(L, 1, fname, "option '%s' must be an array of strings (item %d is %s)",
-                        key, (int)i + 1, luaL_typename(L, -1));
+            bad_value(L, o, "option '%s' must be an array of strings (item %d is %s)", key,
+                      (int)i + 1, luaL_typename(L, -1));
         v[i] = lua_tostring(L, -1);
         lua_pop(L, 1);
     }
@@ -121,43 +150,86 @@ static const char *const *opt_string_array(lua_State *L, int t, const char *key,
 }
 
 /* The exec option: { command =, args = {...}, env = {"NAME=VALUE", ...}, api_version =,
- * install_hint =, timeout = }. Leaves two array userdata (or nils) on the stack. */
-static const kinf_exec_config *opt_exec(lua_State *L, int t, kinf_exec_config *x)
+ * install_hint =, timeout = }. Leaves the exec table and two array userdata (or nils) on the
+ * stack. Unknown names in it were refused by l_client. */
+static const char *const EXEC_KNOWN[] = {"command", "args", "env", "api_version",
+                                         "install_hint", "timeout", NULL};
+
+static const kinf_exec_config *opt_exec(lua_State *L, const opts *o, kinf_exec_config *x)
 {
-    static const char *const known[] = {"command", "args", "env", "api_version",
-                                        "install_hint", "timeout", NULL};
-    int e;
-    lua_getfield(L, t, "exec");
+    opts e = *o;
+    lua_getfield(L, o->t, "exec");
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         return NULL;
     }
     if (lua_type(L, -1) != LUA_TTABLE)
-        kl_argerror(L, 1, "client", "option 'exec' must be a table, got %s", luaL_typename(L, -1));
-    e = lua_gettop(L);
-    for (lua_pushnil(L); lua_next(L, e); lua_pop(L, 1)) {
-        int ok = 0;
-        if (lua_type(L, -2) == LUA_TSTRING)
-            for (const char *const *k = known; *k; k++)
-                ok |= strcmp(*k, lua_tostring(L, -2)) == 0;
-        if (!ok)
-            kl_argerror(L, 1, "client", "unknown exec option '%s'",
-                        lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
-    }
+        bad_value(L, o, "option 'exec' must be a table, got %s", luaL_typename(L, -1));
+    e.t = lua_gettop(L); /* its names were checked by l_client */
     memset(x, 0, sizeof(*x));
-    x->command = opt_string(L, e, "command", "client");
+    x->command = opt_string(L, &e, "command");
     if (x->command == NULL)
-        kl_argerror(L, 1, "client", "exec option 'command' is required");
-    x->api_version = opt_string(L, e, "api_version", "client");
+        bad_value(L, o, "exec option 'command' is required");
+    x->api_version = opt_string(L, &e, "api_version");
     if (x->api_version == NULL)
         x->api_version = KINF_EXEC_API_V1;
-    x->install_hint = opt_string(L, e, "install_hint", "client");
-    x->timeout = opt_number(L, e, "timeout", "client", 0);
-    x->args = opt_string_array(L, e, "args", "client");
-    x->env = opt_string_array(L, e, "env", "client");
+    x->install_hint = opt_string(L, &e, "install_hint");
+    x->timeout = opt_number(L, &e, "timeout");
+    x->args = opt_string_array(L, &e, "args");
+    x->env = opt_string_array(L, &e, "env");
     return x;
 }
 
+/* The client for the options table at index 1 (known names checked already): the userdata, or
+ * nil, message, code. Bad values raise as o->as_data says. */
+static int client_from_options(lua_State *L, const opts *o)
+{
+    kinf_client_config cfg;
+    kinf_exec_config exec;
+    char msg[512];
+    kinf_err err;
+    lclient *lc;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.server = opt_string(L, o, "server");
+    if (cfg.server == NULL)
+        bad_value(L, o, "option 'server' is required");
+    cfg.token = opt_string(L, o, "token");
+    cfg.token_file = opt_string(L, o, "token_file");
+    cfg.username = opt_string(L, o, "username");
+    cfg.password = opt_string(L, o, "password");
+    cfg.ca_file = opt_string(L, o, "ca_file");
+    cfg.ca_data = opt_string(L, o, "ca_data");
+    cfg.client_cert_file = opt_string(L, o, "client_cert_file");
+    cfg.client_cert_data = opt_string(L, o, "client_cert_data");
+    cfg.client_key_file = opt_string(L, o, "client_key_file");
+    cfg.client_key_data = opt_string(L, o, "client_key_data");
+    cfg.tls_server_name = opt_string(L, o, "tls_server_name");
+    cfg.proxy = opt_string(L, o, "proxy");
+    cfg.user_agent = opt_string(L, o, "user_agent");
+    cfg.insecure_skip_tls_verify = opt_bool(L, o, "insecure_skip_tls_verify", 0);
+    cfg.connect_timeout = opt_number(L, o, "connect_timeout");
+    cfg.exec = opt_exec(L, o, &exec); /* its arrays stay on the stack until we return */
+    lc = lua_newuserdata(L, sizeof(*lc));
+    lc->client = NULL;
+    luaL_setmetatable(L, CLIENT_MT);
+    lc->client = kinf_client_new(&cfg, &err, msg, sizeof(msg));
+    if (lc->client == NULL) {
+        if (err == KINF_EINVAL)
+            return bad_value(L, o, "%s", msg);
+        return kl_fail(L, err, msg);
+    }
+    return 1;
+}
+
+/* Protected half of client(opts, true): options at 1, as data. */
+static int client_from_data(lua_State *L)
+{
+    opts o = {1, "client", 1};
+    return client_from_options(L, &o);
+}
+
+/* core.client(opts [, from_config]) -> client | nil, message, code */
 static int l_client(lua_State *L)
 {
     static const char *const known[] = {
@@ -165,45 +237,29 @@ static int l_client(lua_State *L)
         "client_cert_file", "client_cert_data", "client_key_file", "client_key_data",
         "tls_server_name", "insecure_skip_tls_verify", "proxy", "connect_timeout", "user_agent",
         NULL};
-    kinf_client_config cfg;
-    kinf_exec_config exec;
-    char msg[512];
-    kinf_err err;
-    lclient *lc;
+    opts o = {1, "client", 0};
+    int rc;
 
     luaL_checktype(L, 1, LUA_TTABLE);
+    o.as_data = lua_toboolean(L, 2);
     lua_settop(L, 1);
-    check_known(L, 1, known, "client");
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.server = opt_string(L, 1, "server", "client");
-    if (cfg.server == NULL)
-        kl_argerror(L, 1, "client", "option 'server' is required");
-    cfg.token = opt_string(L, 1, "token", "client");
-    cfg.token_file = opt_string(L, 1, "token_file", "client");
-    cfg.username = opt_string(L, 1, "username", "client");
-    cfg.password = opt_string(L, 1, "password", "client");
-    cfg.ca_file = opt_string(L, 1, "ca_file", "client");
-    cfg.ca_data = opt_string(L, 1, "ca_data", "client");
-    cfg.client_cert_file = opt_string(L, 1, "client_cert_file", "client");
-    cfg.client_cert_data = opt_string(L, 1, "client_cert_data", "client");
-    cfg.client_key_file = opt_string(L, 1, "client_key_file", "client");
-    cfg.client_key_data = opt_string(L, 1, "client_key_data", "client");
-    cfg.tls_server_name = opt_string(L, 1, "tls_server_name", "client");
-    cfg.proxy = opt_string(L, 1, "proxy", "client");
-    cfg.user_agent = opt_string(L, 1, "user_agent", "client");
-    cfg.insecure_skip_tls_verify = opt_bool(L, 1, "insecure_skip_tls_verify", "client", 0);
-    cfg.connect_timeout = opt_number(L, 1, "connect_timeout", "client", 0);
-    cfg.exec = opt_exec(L, 1, &exec); /* its arrays stay on the stack until we return */
-    lc = lua_newuserdata(L, sizeof(*lc));
-    lc->client = NULL;
-    luaL_setmetatable(L, CLIENT_MT);
-    lc->client = kinf_client_new(&cfg, &err, msg, sizeof(msg));
-    if (lc->client == NULL) {
-        if (err == KINF_EINVAL)
-            return kl_argerror(L, 1, "client", "%s", msg);
-        return kl_fail(L, err, msg);
+    check_known(L, &o, known, "");
+    lua_getfield(L, 1, "exec");
+    if (lua_istable(L, 2)) {
+        opts e = {2, "client", 0};
+        check_known(L, &e, EXEC_KNOWN, "exec ");
     }
-    return 1;
+    lua_settop(L, 1);
+    if (!o.as_data)
+        return client_from_options(L, &o);
+    lua_pushcfunction(L, client_from_data);
+    lua_pushvalue(L, 1);
+    rc = lua_pcall(L, 1, LUA_MULTRET, 0);
+    if (rc == LUA_ERRMEM)
+        return lua_error(L);
+    if (rc != LUA_OK)
+        return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
+    return lua_gettop(L) - 1;
 }
 
 static kinf_client *check_client(lua_State *L)
@@ -283,6 +339,7 @@ static int c_reflector(lua_State *L)
         "page_size", "idle_timeout", "watch_timeout", "backoff_initial", "backoff_max",
         "max_object_bytes", "reuse_known", NULL};
     kinf_client *client = check_client(L);
+    opts o = {2, "reflector", 0};
     kinf_reflector_config cfg;
     kinf_fifo *fifo;
     lreflector *lr;
@@ -291,26 +348,26 @@ static int c_reflector(lua_State *L)
 
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    check_known(L, 2, known, "reflector");
+    check_known(L, &o, known, "");
     memset(&cfg, 0, sizeof(cfg));
-    cfg.path = opt_string(L, 2, "path", "reflector");
+    cfg.path = opt_string(L, &o, "path");
     if (cfg.path == NULL || cfg.path[0] != '/')
         kl_argerror(L, 1, "reflector", "option 'path' must be an API path starting with /");
     lua_getfield(L, 2, "fifo"); /* 3 */
     fifo = kl_test_fifo(L, 3);
     if (fifo == NULL)
         kl_argerror(L, 1, "reflector", "option 'fifo' must be a kinformer.delta_fifo");
-    cfg.label_selector = opt_string(L, 2, "label_selector", "reflector");
-    cfg.field_selector = opt_string(L, 2, "field_selector", "reflector");
-    cfg.watch_list = opt_bool(L, 2, "watch_list", "reflector", 0);
-    cfg.strip_managed_fields = opt_bool(L, 2, "strip_managed_fields", "reflector", 1);
-    cfg.page_size = (size_t)opt_number(L, 2, "page_size", "reflector", 0);
-    cfg.idle_timeout = opt_number(L, 2, "idle_timeout", "reflector", 0);
-    cfg.watch_timeout = opt_number(L, 2, "watch_timeout", "reflector", 0);
-    cfg.backoff_initial = opt_number(L, 2, "backoff_initial", "reflector", 0);
-    cfg.backoff_max = opt_number(L, 2, "backoff_max", "reflector", 0);
-    cfg.max_object_bytes = (size_t)opt_number(L, 2, "max_object_bytes", "reflector", 0);
-    cfg.reuse_known = opt_bool(L, 2, "reuse_known", "reflector", 0);
+    cfg.label_selector = opt_string(L, &o, "label_selector");
+    cfg.field_selector = opt_string(L, &o, "field_selector");
+    cfg.watch_list = opt_bool(L, &o, "watch_list", 0);
+    cfg.strip_managed_fields = opt_bool(L, &o, "strip_managed_fields", 1);
+    cfg.page_size = (size_t)opt_number(L, &o, "page_size");
+    cfg.idle_timeout = opt_number(L, &o, "idle_timeout");
+    cfg.watch_timeout = opt_number(L, &o, "watch_timeout");
+    cfg.backoff_initial = opt_number(L, &o, "backoff_initial");
+    cfg.backoff_max = opt_number(L, &o, "backoff_max");
+    cfg.max_object_bytes = (size_t)opt_number(L, &o, "max_object_bytes");
+    cfg.reuse_known = opt_bool(L, &o, "reuse_known", 0);
 
     lr = kl_newuserdata(L, sizeof(*lr)); /* 4 */
     lr->r = NULL;

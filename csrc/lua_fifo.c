@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "lua_kinf.h"
+#include "lua_store.h"
+
+#define KL_FIFO_MT "kinformer.delta_fifo"
 
 typedef struct lfifo {
     kinf_fifo *fifo; /* one reference; NULL after __gc */
@@ -142,11 +145,8 @@ static int f_replace(lua_State *L)
         if (!apply_transform(L, -1))
             return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
         obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
-        if (obj == NULL) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg);
-            return 2;
-        }
+        if (obj == NULL)
+            return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
         lua_pop(L, 2);
     }
@@ -171,6 +171,35 @@ static int f_resync(lua_State *L)
     return 1;
 }
 
+/* ---- deltas as Lua tables ---- */
+
+static const char *const DELTA_NAMES[] = {"Added", "Updated", "Deleted", "Replaced", "Sync"};
+
+/* Parses a type name ("Added", ...); -1 when unknown. */
+static int delta_type(const char *name)
+{
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(name, DELTA_NAMES[i]) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* Pushes the deltas as { {type = "Added", object = obj}, ... }. */
+static void push_deltas(lua_State *L, const kinf_deltas *d)
+{
+    luaL_checkstack(L, 4, "kinformer: pushing deltas");
+    lua_createtable(L, (int)d->n, 0);
+    for (size_t i = 0; i < d->n; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, kinf_delta_type_name(d->v[i].type));
+        lua_setfield(L, -2, "type");
+        kl_push_object(L, d->v[i].obj);
+        lua_setfield(L, -2, "object");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
 /* ---- pop ---- */
 
 typedef struct pop_ctx {
@@ -187,7 +216,7 @@ typedef struct pop_ctx {
 static int pop_protected(lua_State *L)
 {
     pop_ctx *c = lua_touserdata(L, 1);
-    kl_push_deltas(L, c->deltas); /* 3 */
+    push_deltas(L, c->deltas); /* 3 */
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_pushboolean(L, c->is_initial);
@@ -258,7 +287,7 @@ static int f_pop(lua_State *L)
         return kl_fail(L, err, NULL);
     }
     if (!has_process)
-        kl_push_deltas(L, &g->deltas); /* else process's table is on top already */
+        push_deltas(L, &g->deltas); /* else process's table is on top already */
     kl_guard_release(g);
     lua_pushboolean(L, initial);
     return 2;
@@ -291,7 +320,7 @@ static int f_add_if_not_present(lua_State *L)
         if (!lua_istable(L, -1))
             return kl_argerror(L, 1, "add_if_not_present", "delta #%d is not a table", (int)i + 1);
         lua_getfield(L, -1, "type");
-        type = lua_type(L, -1) == LUA_TSTRING ? kl_delta_type(lua_tostring(L, -1)) : -1;
+        type = lua_type(L, -1) == LUA_TSTRING ? delta_type(lua_tostring(L, -1)) : -1;
         if (type < 0)
             return kl_argerror(L, 1, "add_if_not_present", "delta #%d has no valid type",
                                (int)i + 1);
@@ -368,7 +397,7 @@ static int f_get_by_key(lua_State *L)
         return busy(L, "get_by_key");
     if (err != KINF_OK)
         return kl_fail(L, err, NULL);
-    kl_push_deltas(L, &g->deltas);
+    push_deltas(L, &g->deltas);
     kl_guard_release(g);
     return 1;
 }

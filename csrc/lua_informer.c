@@ -26,6 +26,7 @@
 
 #include "informer.h"
 #include "lua_kinf.h"
+#include "lua_store.h"
 
 #define PROC_MT "kinformer.processor"
 
@@ -155,7 +156,7 @@ static int dispatch_protected(lua_State *L)
             else
                 lua_pushnil(L);
             lua_pushboolean(L, note->is_initial);
-            /* An update that kept the resourceVersion is a resync (SEMANTICS 5). */
+            /* An update that kept the resourceVersion is a resync (docs/semantics.md, section 5). */
             lua_pushboolean(L, note->kind == KINF_EVENT_UPDATE &&
                                    strcmp(note->old->resource_version,
                                           note->obj->resource_version) == 0);

@@ -1,6 +1,7 @@
 /*
  * lua_kinf.h - what the binding files (lua_*.c) share: turning object records into Lua tables
- * and back, guards for C arrays while Lua code may raise, logging and argument errors.
+ * and back (lua_object.c), guards for C memory while Lua code may raise (lua_guard.c), failures,
+ * argument errors and logging (lua_core.c), and each file's registration function.
  *
  * Objects and tables (one Lua state; all of this runs on the thread that owns it):
  * - A record is decoded (lua-cjson) at most once while its table lives: `decoded` maps the
@@ -12,6 +13,9 @@
  *   on every write, so editing and re-adding one does what it says.
  * - Tombstones are tables {key = ..., obj = ...} whose metatable is the tombstone metatable.
  *
+ * Errors at the Lua boundary: misuse (a wrong argument) raises at the caller's line; a runtime
+ * failure returns nil, message, code (kl_fail), code being kinf_errname's stable name.
+ *
  * Memory discipline (STYLE 14): C-owned references are held by a guard userdata on the Lua
  * stack before any call that may raise, so a Lua error never leaks them.
  */
@@ -21,9 +25,6 @@
 #include "compat.h"
 #include "delta_fifo.h"
 #include "object.h"
-
-#define KL_STORE_MT "kinformer.store"
-#define KL_FIFO_MT "kinformer.delta_fifo"
 
 /* Pushes obj's table (nil for NULL). May raise (memory). */
 void kl_push_object(lua_State *L, kinf_object *obj);
@@ -65,12 +66,8 @@ void kl_guard_release(kl_guard *g);
 /* Whether the value at idx is a tombstone table. */
 int kl_is_tombstone(lua_State *L, int idx);
 
-/* Pushes the deltas as { {type = "Added", object = obj}, ... }. */
-void kl_push_deltas(lua_State *L, const kinf_deltas *d);
-/* Parses a type name ("Added", ...); -1 when unknown. */
-int kl_delta_type(const char *name);
-
-/* Pushes nil and a message for err (using msg when given); returns 2. */
+/* A runtime failure: pushes nil, a message for err (msg when given, else kinf_strerror) and
+ * err's stable name (kinf_errname: what callers match on); returns 3. */
 int kl_fail(lua_State *L, kinf_err err, const char *msg);
 
 /* Logs through the function set with set_logger (default: stderr). Never raises. */
@@ -85,24 +82,21 @@ void kl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const
 /* The unique REQUEUE sentinel. */
 void kl_push_requeue(lua_State *L);
 
+/* Registration: each binding file's classes (metatables) and module functions. kl_open_object
+ * and kl_open_loop add their functions to the module table on top of the stack. */
+void kl_open_guard(lua_State *L);
+void kl_open_object(lua_State *L);
 void kl_open_store(lua_State *L);
-void kl_open_client(lua_State *L);
-int kl_new_client(lua_State *L);
 void kl_open_fifo(lua_State *L);
+void kl_open_client(lua_State *L);
+void kl_open_informer(lua_State *L);
+void kl_open_loop(lua_State *L); /* now(), catch_signals(on), wait(fds, timeout) */
+
+/* Constructors: core.store, core.delta_fifo, core.client, core.processor. */
 int kl_new_store(lua_State *L);
 int kl_new_fifo(lua_State *L);
-/* The C store behind the store userdata at idx, or NULL if it is not one (or closed). */
-struct kinf_store *kl_test_store(lua_State *L, int idx);
-/* For the informer, which writes the C store of the store userdata at idx directly: the state
- * its Lua index functions run in (returns the previous one), dropping a replaced record's pinned
- * table, and refusing writes through the store's own methods. */
-lua_State *kl_store_set_state(lua_State *L, int idx, lua_State *to);
-void kl_store_unpin(lua_State *L, int idx, kinf_object *obj);
-void kl_store_set_readonly(lua_State *L, int idx);
-void kl_open_informer(lua_State *L);
+int kl_new_client(lua_State *L);
 int kl_new_processor(lua_State *L);
-/* Adds now(), catch_signals(on) and wait(fds, timeout) to the module table on top. */
-void kl_open_loop(lua_State *L);
 
 /* The C FIFO behind the delta_fifo userdata at idx, or NULL if it is not one. */
 kinf_fifo *kl_test_fifo(lua_State *L, int idx);

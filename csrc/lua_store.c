@@ -17,7 +17,10 @@
 #include <string.h>
 
 #include "lua_kinf.h"
+#include "lua_store.h"
 #include "store.h"
+
+#define KL_STORE_MT "kinformer.store"
 
 enum { PINNED = 1, FNS = 2, BYKEY = 3 };
 
@@ -222,7 +225,8 @@ static int push_objects(lua_State *L, int uv, kl_guard *g, int keys_only)
     return 1;
 }
 
-/* Reports a write's outcome: true, or true + the index failure, or nil + error. */
+/* Reports a write's outcome: true; or true, message, "EINDEX" when an index function failed
+ * (the write went through); or nil, message, code. */
 static int write_result(lua_State *L, const char *fname, kinf_err err, const char *msg)
 {
     switch (err) {
@@ -233,7 +237,8 @@ static int write_result(lua_State *L, const char *fname, kinf_err err, const cha
         kl_log(L, "error", msg);
         lua_pushboolean(L, 1);
         lua_pushstring(L, msg);
-        return 2;
+        lua_pushstring(L, kinf_errname(err));
+        return 3;
     case KINF_EBUSY:
         return luaL_error(L, "kinformer: store:%s called from inside an index function", fname);
     default:
@@ -338,11 +343,8 @@ static int s_replace(lua_State *L)
             return kl_argerror(L, 1, "replace", "item #%d is a %s, expected an object",
                                (int)i + 1, luaL_typename(L, -1));
         obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
-        if (obj == NULL) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg);
-            return 2;
-        }
+        if (obj == NULL)
+            return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
         lua_pop(L, 1);         /* the box: the guard holds a reference now */
         kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item */
@@ -405,13 +407,24 @@ static int s_get(lua_State *L)
     return s_get_by_key(L);
 }
 
-static int list_common(lua_State *L, int keys_only)
+/* list() and list_keys() take no arguments: a filter passed to them (list{ namespace = ... })
+ * would otherwise be ignored silently and return everything. Trailing nils pass. */
+static void check_no_arguments(lua_State *L, const char *fname)
+{
+    for (int i = lua_gettop(L); i > 1; i--) {
+        if (!lua_isnil(L, i))
+            kl_argerror(L, i - 1, fname, "no arguments expected, got %s", luaL_typename(L, i));
+    }
+}
+
+static int list_common(lua_State *L, const char *fname, int keys_only)
 {
     lstore *ls = check_store(L, 1);
     kl_guard *g;
     kinf_err err;
     int uv;
 
+    check_no_arguments(L, fname);
     lua_settop(L, 1);
     uv = begin(L);
     g = kl_push_guard(L);
@@ -422,12 +435,12 @@ static int list_common(lua_State *L, int keys_only)
 
 static int s_list(lua_State *L)
 {
-    return list_common(L, 0);
+    return list_common(L, "list", 0);
 }
 
 static int s_list_keys(lua_State *L)
 {
-    return list_common(L, 1);
+    return list_common(L, "list_keys", 1);
 }
 
 static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
@@ -511,26 +524,35 @@ static int s_list_index_func_values(lua_State *L)
     return 1;
 }
 
-static int s_add_indexers(lua_State *L)
+/*
+ * Adds the indexers of the table at t ({ name = fn }) on behalf of Lua function fname: true,
+ * or the write's failure. Bad names and values raise naming fname's argument #1; a name taken
+ * already is nil, msg, "EEXIST" (add_indexers) or an argument error (the store constructor,
+ * conflict_raises: its indexers can only clash with its own namespace index).
+ */
+static int add_indexers(lua_State *L, lstore *ls, int t, const char *fname, int conflict_raises)
 {
-    lstore *ls = check_store(L, 1);
     kinf_indexer_def *defs;
     lindex **grown;
     char msg[320] = "";
     size_t n = 0, k = 0;
+    int fns;
     kinf_err err;
 
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lua_settop(L, 2);
-    for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
+    t = kl_absindex(L, t);
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
         if (lua_type(L, -2) != LUA_TSTRING)
-            return kl_argerror(L, 1, "add_indexers", "indexer names must be strings, got %s",
+            return kl_argerror(L, 1, fname, "indexer names must be strings, got %s",
                                luaL_typename(L, -2));
         if (!lua_isfunction(L, -1))
-            return kl_argerror(L, 1, "add_indexers", "indexer '%s' must be a function, got %s",
+            return kl_argerror(L, 1, fname, "indexer '%s' must be a function, got %s",
                                lua_tostring(L, -2), luaL_typename(L, -1));
-        if (kinf_store_has_index(ls->store, lua_tostring(L, -2)))
-            return luaL_error(L, "indexer conflict: %s", lua_tostring(L, -2));
+        if (kinf_store_has_index(ls->store, lua_tostring(L, -2))) {
+            const char *what = lua_pushfstring(L, "indexer conflict: %s", lua_tostring(L, -2));
+            if (conflict_raises)
+                return kl_argerror(L, 1, fname, "%s", what);
+            return kl_fail(L, KINF_EEXIST, what);
+        }
         n++;
     }
     if (n == 0) {
@@ -538,13 +560,14 @@ static int s_add_indexers(lua_State *L)
         return 1;
     }
     /* Userdata-backed scratch: collected if anything below raises. */
-    defs = lua_newuserdata(L, n * sizeof(*defs)); /* 3 */
+    defs = lua_newuserdata(L, n * sizeof(*defs));
     grown = realloc(ls->indexes, (ls->nindexes + n) * sizeof(*grown));
     if (grown == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
     ls->indexes = grown;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref); /* 4 */
-    for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1)) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref);
+    fns = lua_gettop(L);
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
         lindex *ix = malloc(sizeof(*ix));
         if (ix == NULL)
             break;
@@ -555,13 +578,13 @@ static int s_add_indexers(lua_State *L)
         defs[k].fn = lua_index_fn;
         defs[k].ud = ix;
         lua_pushvalue(L, -1);
-        lua_rawseti(L, 4, ix->slot);
+        lua_rawseti(L, fns, ix->slot);
         k++;
     }
     if (k == n) {
         WITH_STATE(ls, L, err = kinf_store_add_indexers(ls->store, defs, n, msg, sizeof(msg)));
     } else {
-        lua_settop(L, 4);
+        lua_settop(L, fns);
         err = KINF_ENOMEM;
     }
     if (err == KINF_OK || err == KINF_EINDEX) {
@@ -569,13 +592,21 @@ static int s_add_indexers(lua_State *L)
     } else {
         for (size_t i = 0; i < k; i++) {
             lua_pushnil(L);
-            lua_rawseti(L, 4, ls->indexes[ls->nindexes + i]->slot);
+            lua_rawseti(L, fns, ls->indexes[ls->nindexes + i]->slot);
             free(ls->indexes[ls->nindexes + i]);
         }
-        if (err == KINF_EEXIST)
-            return luaL_error(L, "%s", msg);
+        if (err == KINF_EEXIST && conflict_raises)
+            return kl_argerror(L, 1, fname, "%s", msg);
     }
-    return write_result(L, "add_indexers", err, msg);
+    return write_result(L, fname, err, msg);
+}
+
+static int s_add_indexers(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    return add_indexers(L, ls, 2, "add_indexers", 0);
 }
 
 static int s_len(lua_State *L)
@@ -678,12 +709,9 @@ int kl_new_store(lua_State *L)
     if (lua_istable(L, 1)) {
         lua_getfield(L, 1, "indexers");
         if (lua_istable(L, -1)) {
-            /* Reuse the method: stack as add_indexers(store, indexers) expects. */
-            int top = lua_gettop(L);
-            lua_pushcfunction(L, s_add_indexers);
-            lua_pushvalue(L, 2);
-            lua_pushvalue(L, top);
-            lua_call(L, 2, 0);
+            int rc = add_indexers(L, ls, -1, "store", 1);
+            if (!lua_toboolean(L, -rc))
+                return rc;
         }
         lua_settop(L, 2);
     }

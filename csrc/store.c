@@ -1,7 +1,8 @@
 /*
  * store.c - thread-safe indexed store (contract in store.h).
  *
- * Layout: `items` maps key -> item; each indexer maps value -> bucket, a bucket maps key -> item.
+ * Layout: `items` maps key -> item; each indexer (index.c) maps value -> bucket, a bucket maps
+ * key -> item.
  * An item owns its key bytes (the maps point at them) and remembers, per indexer, the values it
  * was indexed under, so an update never has to call an index function on the old object.
  *
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index.h"
 #include "map.h"
 
 typedef struct item {
@@ -28,84 +30,18 @@ typedef struct item {
     char key[];
 } item;
 
-typedef struct bucket {
-    kinf_map keys; /* item key -> item */
-    size_t len;
-    char value[];
-} bucket;
-
-typedef struct indexer {
-    kinf_index_fn fn; /* [write_mu] NULL with builtin_ns == 0: detached, yields no values */
-    void *ud;
-    int builtin_ns;
-    kinf_map buckets; /* [lock] value -> bucket */
-    char name[];
-} indexer;
-
 struct kinf_store {
     atomic_long refs;
     pthread_mutex_t write_mu; /* error-checking: a re-entrant lock reports EDEADLK */
     pthread_rwlock_t lock;
     kinf_map items;             /* [lock] */
-    indexer **indexers;         /* [lock]; changed only with write_mu held too */
+    kinf_indexer **indexers;    /* [lock]; changed only with write_mu held too */
     size_t nindexers, cap_indexers;
     unsigned long index_errors; /* [lock] */
     char last_index_error[256]; /* [lock] */
 };
 
-/* ---- values ---- */
-
-kinf_values *kinf_values_new(const kinf_str *vals, size_t n)
-{
-    size_t bytes = 0;
-    kinf_values *out;
-    char *cur;
-
-    for (size_t i = 0; i < n; i++)
-        bytes += vals[i].len + 1;
-    out = malloc(sizeof(*out) + n * sizeof(kinf_str) + bytes);
-    if (out == NULL)
-        return NULL;
-    out->n = n;
-    cur = (char *)&out->v[n];
-    for (size_t i = 0; i < n; i++) {
-        if (vals[i].len)
-            memcpy(cur, vals[i].ptr, vals[i].len);
-        cur[vals[i].len] = '\0';
-        out->v[i].ptr = cur;
-        out->v[i].len = vals[i].len;
-        cur += vals[i].len + 1;
-    }
-    return out;
-}
-
-void kinf_values_free(kinf_values *vals)
-{
-    free(vals);
-}
-
-static int values_have(const kinf_values *vals, const kinf_str *v)
-{
-    if (vals == NULL)
-        return 0;
-    for (size_t i = 0; i < vals->n; i++) {
-        if (vals->v[i].len == v->len && memcmp(vals->v[i].ptr, v->ptr, v->len) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-static int values_equal(const kinf_values *a, const kinf_values *b)
-{
-    size_t na = a ? a->n : 0, nb = b ? b->n : 0;
-    if (na != nb)
-        return 0;
-    for (size_t i = 0; i < na; i++) {
-        if (!values_have(b, &a->v[i]) || !values_have(a, &b->v[i]))
-            return 0;
-    }
-    return 1;
-}
+/* ---- object arrays ---- */
 
 void kinf_objects_free(kinf_object **objs, size_t n)
 {
@@ -129,45 +65,12 @@ static void item_free(item *it)
     free(it);
 }
 
-static void buckets_free(kinf_map *buckets)
-{
-    kinf_map_slot *sl;
-    for (size_t i = 0; (sl = kinf_map_next(buckets, &i)) != NULL;) {
-        bucket *b = sl->value;
-        kinf_map_free(&b->keys);
-        free(b);
-    }
-    kinf_map_free(buckets);
-}
-
 static void items_free(kinf_map *items)
 {
     kinf_map_slot *sl;
     for (size_t i = 0; (sl = kinf_map_next(items, &i)) != NULL;)
         item_free(sl->value);
     kinf_map_free(items);
-}
-
-static indexer *indexer_new(const kinf_indexer_def *def)
-{
-    size_t len = strlen(def->name);
-    indexer *ix = malloc(sizeof(*ix) + len + 1);
-    if (ix == NULL)
-        return NULL;
-    memcpy(ix->name, def->name, len + 1);
-    ix->fn = def->fn;
-    ix->ud = def->ud;
-    ix->builtin_ns = def->fn == NULL;
-    kinf_map_init(&ix->buckets);
-    return ix;
-}
-
-static void indexer_free(indexer *ix)
-{
-    if (ix == NULL)
-        return;
-    buckets_free(&ix->buckets);
-    free(ix);
 }
 
 kinf_store *kinf_store_new(int with_namespace_index, kinf_err *err)
@@ -226,7 +129,7 @@ void kinf_store_unref(kinf_store *s)
         return;
     items_free(&s->items);
     for (size_t i = 0; i < s->nindexers; i++)
-        indexer_free(s->indexers[i]);
+        kinf_indexer_free(s->indexers[i]);
     free(s->indexers);
     pthread_rwlock_destroy(&s->lock);
     pthread_mutex_destroy(&s->write_mu);
@@ -250,44 +153,13 @@ static void write_end(kinf_store *s)
 
 /* ---- index values ---- */
 
-/* Computes obj's values for indexer ix. Failures are reported through *failed/errbuf and give
- * "no values"; only KINF_ENOMEM is returned as an error. Caller holds write_mu (or is a reader
- * computing values for kinf_store_index). */
-static kinf_err compute_values(indexer *ix, kinf_index_fn fn, void *ud, kinf_object *obj,
-                               kinf_values **out, int *failed, char *errbuf, size_t errlen)
-{
-    char msg[200];
-    kinf_err e;
-
-    *out = NULL;
-    if (ix->builtin_ns) {
-        kinf_str v = {obj->namespace_, strlen(obj->namespace_)};
-        *out = kinf_values_new(&v, 1);
-        return *out ? KINF_OK : KINF_ENOMEM;
-    }
-    if (fn == NULL)
-        return KINF_OK;
-    msg[0] = '\0';
-    e = fn(ud, obj, out, msg, sizeof(msg));
-    if (e == KINF_OK)
-        return KINF_OK;
-    *out = NULL;
-    if (e == KINF_ENOMEM)
-        return e;
-    if (!*failed)
-        kinf_errmsg(errbuf, errlen, "index '%s' failed for %s: %s", ix->name, obj->key,
-                    msg[0] ? msg : kinf_strerror(e));
-    (*failed)++;
-    return KINF_OK;
-}
-
 /* Computes obj's values for indexers [from, to). vals must hold to - from pointers. */
 static kinf_err compute_all(kinf_store *s, size_t from, size_t to, kinf_object *obj,
                             kinf_values **vals, int *failed, char *errbuf, size_t errlen)
 {
     for (size_t i = from; i < to; i++) {
-        indexer *ix = s->indexers[i];
-        kinf_err e = compute_values(ix, ix->fn, ix->ud, obj, &vals[i - from], failed, errbuf, errlen);
+        kinf_indexer *ix = s->indexers[i];
+        kinf_err e = kinf_indexer_compute(ix, ix->fn, ix->ud, obj, &vals[i - from], failed, errbuf, errlen);
         if (e != KINF_OK) {
             for (size_t j = from; j < i; j++)
                 kinf_values_free(vals[j - from]);
@@ -303,78 +175,6 @@ static void note_index_failure_locked(kinf_store *s, int failed, const char *msg
         return;
     s->index_errors += (unsigned long)failed;
     kinf_errmsg(s->last_index_error, sizeof(s->last_index_error), "%s", msg);
-}
-
-/* Ensures a bucket with room for one more key exists for each value. */
-static kinf_err prepare_values_locked(indexer *ix, const kinf_values *vals)
-{
-    if (vals == NULL)
-        return KINF_OK;
-    for (size_t i = 0; i < vals->n; i++) {
-        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
-        if (b == NULL) {
-            b = malloc(sizeof(*b) + vals->v[i].len + 1);
-            if (b == NULL)
-                return KINF_ENOMEM;
-            memcpy(b->value, vals->v[i].ptr, vals->v[i].len + 1);
-            b->len = vals->v[i].len;
-            kinf_map_init(&b->keys);
-            if (kinf_map_put(&ix->buckets, b->value, b->len, b) != KINF_OK) {
-                free(b);
-                return KINF_ENOMEM;
-            }
-        }
-        if (kinf_map_reserve(&b->keys, b->keys.count + 1) != KINF_OK)
-            return KINF_ENOMEM;
-    }
-    return KINF_OK;
-}
-
-static void drop_key_locked(indexer *ix, const kinf_str *value, const char *key, size_t key_len)
-{
-    bucket *b = kinf_map_get(&ix->buckets, value->ptr, value->len);
-    if (b == NULL)
-        return;
-    kinf_map_remove(&b->keys, key, key_len);
-    if (b->keys.count == 0) {
-        kinf_map_remove(&ix->buckets, b->value, b->len);
-        kinf_map_free(&b->keys);
-        free(b);
-    }
-}
-
-/* Undoes a failed prepare: removes the empty buckets it may have created. */
-static void sweep_empty_locked(indexer *ix, const kinf_values *vals)
-{
-    if (vals == NULL)
-        return;
-    for (size_t i = 0; i < vals->n; i++) {
-        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
-        if (b != NULL && b->keys.count == 0) {
-            kinf_map_remove(&ix->buckets, b->value, b->len);
-            kinf_map_free(&b->keys);
-            free(b);
-        }
-    }
-}
-
-/* Moves it's key from old to new values in ix. Cannot fail after prepare_values_locked(new). */
-static void commit_values_locked(indexer *ix, item *it, const kinf_values *old,
-                                 const kinf_values *new_)
-{
-    if (old != NULL) {
-        for (size_t i = 0; i < old->n; i++) {
-            if (!values_have(new_, &old->v[i]))
-                drop_key_locked(ix, &old->v[i], it->key, it->key_len);
-        }
-    }
-    if (new_ != NULL) {
-        for (size_t i = 0; i < new_->n; i++) {
-            bucket *b = kinf_map_get(&ix->buckets, new_->v[i].ptr, new_->v[i].len);
-            /* Room was reserved by prepare: put cannot fail here. */
-            (void)kinf_map_put(&b->keys, it->key, it->key_len, it);
-        }
-    }
 }
 
 /* ---- writes ---- */
@@ -436,14 +236,14 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         size_t i;
         for (i = 0; i < n; i++) {
             kinf_values *old = (it && i < it->nvalues) ? it->values[i] : NULL;
-            if (values_equal(old, vals[i]))
+            if (kinf_values_equal(old, vals[i]))
                 continue;
-            if (prepare_values_locked(s->indexers[i], vals[i]) != KINF_OK)
+            if (kinf_indexer_prepare_locked(s->indexers[i], vals[i]) != KINF_OK)
                 break;
         }
         if (i < n) {
             for (size_t j = 0; j <= i; j++)
-                sweep_empty_locked(s->indexers[j], vals[j]);
+                kinf_indexer_sweep_locked(s->indexers[j], vals[j]);
             e = KINF_ENOMEM;
         }
     }
@@ -466,11 +266,11 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     }
     for (size_t i = 0; i < n; i++) {
         kinf_values *old = it->values[i];
-        if (values_equal(old, vals[i])) {
+        if (kinf_values_equal(old, vals[i])) {
             kinf_values_free(vals[i]); /* fast path: same values, indexes untouched */
             continue;
         }
-        commit_values_locked(s->indexers[i], it, old, vals[i]);
+        kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, old, vals[i]);
         kinf_values_free(old);
         it->values[i] = vals[i];
     }
@@ -514,7 +314,7 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
     it = kinf_map_remove(&s->items, key, len);
     if (it != NULL) {
         for (size_t i = 0; i < it->nvalues && i < s->nindexers; i++)
-            commit_values_locked(s->indexers[i], it, it->values[i], NULL);
+            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, it->values[i], NULL);
     }
     pthread_rwlock_unlock(&s->lock);
     write_end(s);
@@ -570,15 +370,15 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
         item_free(prev);                                     /* a later duplicate wins */
     }
     for (size_t i = 0; i < nix; i++) {
-        indexer tmp = *s->indexers[i];
+        kinf_indexer tmp = *s->indexers[i];
         tmp.buckets = buckets[i];
         for (size_t j = 0; (sl = kinf_map_next(items, &j)) != NULL;) {
             item *it = sl->value;
-            if ((e = prepare_values_locked(&tmp, it->values[i])) != KINF_OK) {
+            if ((e = kinf_indexer_prepare_locked(&tmp, it->values[i])) != KINF_OK) {
                 buckets[i] = tmp.buckets;
                 return e;
             }
-            commit_values_locked(&tmp, it, NULL, it->values[i]);
+            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, it->values[i]);
         }
         buckets[i] = tmp.buckets;
     }
@@ -621,7 +421,7 @@ kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, c
     write_end(s);
     items_free(&items);
     for (size_t i = 0; i < nix; i++)
-        buckets_free(&buckets[i]);
+        kinf_indexer_buckets_free(&buckets[i]);
     free(buckets);
     if (e == KINF_OK && failed) {
         kinf_errmsg(errbuf, errlen, "%s", msg);
@@ -633,7 +433,7 @@ kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, c
 kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, size_t n,
                                  char *errbuf, size_t errlen)
 {
-    indexer **fresh = NULL;
+    kinf_indexer **fresh = NULL;
     size_t n_owned = 0;         /* fresh[0..n_owned) were handed to the store */
     kinf_values ***vals = NULL; /* vals[item#][new indexer#] */
     item **items = NULL;
@@ -673,7 +473,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
     if (fresh == NULL || items == NULL || vals == NULL)
         goto out;
     for (size_t i = 0; i < n; i++) {
-        if ((fresh[i] = indexer_new(&defs[i])) == NULL)
+        if ((fresh[i] = kinf_indexer_new(&defs[i])) == NULL)
             goto out;
     }
     /* Only writers change items, and we are the writer: iterating without the data lock is safe. */
@@ -684,7 +484,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
             goto out;
         nitems++;
         for (size_t i = 0; i < n; i++) {
-            e = compute_values(fresh[i], fresh[i]->fn, fresh[i]->ud, it->obj, &vals[nitems - 1][i],
+            e = kinf_indexer_compute(fresh[i], fresh[i]->fn, fresh[i]->ud, it->obj, &vals[nitems - 1][i],
                                &failed, msg, sizeof(msg));
             if (e != KINF_OK)
                 goto out;
@@ -696,9 +496,9 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
         item *it = items[k];
         kinf_values **grown;
         for (size_t i = 0; i < n; i++) {
-            if (prepare_values_locked(fresh[i], vals[k][i]) != KINF_OK)
+            if (kinf_indexer_prepare_locked(fresh[i], vals[k][i]) != KINF_OK)
                 goto out;
-            commit_values_locked(fresh[i], it, NULL, vals[k][i]);
+            kinf_indexer_commit_locked(fresh[i], it->key, it->key_len, it, NULL, vals[k][i]);
         }
         grown = realloc(it->values, (old_n + n) * sizeof(*grown));
         if (grown == NULL)
@@ -710,7 +510,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
             it->nvalues = old_n; /* the slots in between are NULL: "no values" */
     }
     if (old_n + n > s->cap_indexers) {
-        indexer **arr = realloc(s->indexers, (old_n + n) * sizeof(*arr));
+        kinf_indexer **arr = realloc(s->indexers, (old_n + n) * sizeof(*arr));
         if (arr == NULL)
             goto out;
         s->indexers = arr; /* readers index with nindexers, which has not changed yet */
@@ -745,7 +545,7 @@ out:
     }
     if (fresh != NULL) {
         for (size_t i = n_owned; i < n; i++)
-            indexer_free(fresh[i]);
+            kinf_indexer_free(fresh[i]);
     }
     free(fresh);
     free(vals);
@@ -813,7 +613,7 @@ kinf_err kinf_store_list(kinf_store *s, kinf_object ***out, size_t *n)
     return e;
 }
 
-static indexer *find_indexer_locked(kinf_store *s, const char *name)
+static kinf_indexer *find_indexer_locked(kinf_store *s, const char *name)
 {
     for (size_t i = 0; i < s->nindexers; i++) {
         if (strcmp(s->indexers[i]->name, name) == 0)
@@ -835,8 +635,8 @@ kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value
                              kinf_object ***out, size_t *n)
 {
     static const kinf_map empty;
-    indexer *ix;
-    bucket *b;
+    const kinf_map *keys;
+    kinf_indexer *ix;
     kinf_err e;
 
     pthread_rwlock_rdlock(&s->lock);
@@ -845,8 +645,8 @@ kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value
         pthread_rwlock_unlock(&s->lock);
         return KINF_ENOTFOUND;
     }
-    b = kinf_map_get(&ix->buckets, value, len);
-    e = collect_locked(b ? &b->keys : &empty, out, n);
+    keys = kinf_indexer_keys_locked(ix, value, len);
+    e = collect_locked(keys ? keys : &empty, out, n);
     pthread_rwlock_unlock(&s->lock);
     return e;
 }
@@ -872,7 +672,7 @@ kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, ki
     kinf_values *vals = NULL;
     kinf_index_fn fn;
     void *ud;
-    indexer *ix;
+    kinf_indexer *ix;
     int failed = 0;
     kinf_map seen;
     kinf_object **arr = NULL;
@@ -889,7 +689,7 @@ kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, ki
     if (obj == NULL || kinf_object_is_tombstone(obj))
         return KINF_EINVAL;
     /* Indexers are never freed before the store, so ix stays valid unlocked. */
-    e = compute_values(ix, fn, ud, obj, &vals, &failed, errbuf, errlen);
+    e = kinf_indexer_compute(ix, fn, ud, obj, &vals, &failed, errbuf, errlen);
     if (e != KINF_OK)
         return e;
     if (failed)
@@ -897,11 +697,11 @@ kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, ki
     kinf_map_init(&seen);
     pthread_rwlock_rdlock(&s->lock);
     for (size_t i = 0; vals != NULL && i < vals->n && e == KINF_OK; i++) {
-        bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
+        const kinf_map *keys = kinf_indexer_keys_locked(ix, vals->v[i].ptr, vals->v[i].len);
         kinf_map_slot *sl;
-        if (b == NULL)
+        if (keys == NULL)
             continue;
-        for (size_t j = 0; (sl = kinf_map_next(&b->keys, &j)) != NULL;) {
+        for (size_t j = 0; (sl = kinf_map_next(keys, &j)) != NULL;) {
             item *it = sl->value;
             if (kinf_map_get(&seen, it->key, it->key_len) != NULL)
                 continue;
@@ -938,33 +738,16 @@ kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, ki
 
 kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out)
 {
-    kinf_str *list = NULL;
-    kinf_map_slot *sl;
-    indexer *ix;
-    size_t k = 0;
+    kinf_indexer *ix;
+    kinf_err e = KINF_OK;
 
     *out = NULL;
     pthread_rwlock_rdlock(&s->lock);
     ix = find_indexer_locked(s, index);
-    if (ix == NULL || ix->buckets.count == 0) {
-        pthread_rwlock_unlock(&s->lock);
-        return KINF_OK;
-    }
-    list = malloc(ix->buckets.count * sizeof(*list));
-    if (list == NULL) {
-        pthread_rwlock_unlock(&s->lock);
-        return KINF_ENOMEM;
-    }
-    for (size_t i = 0; (sl = kinf_map_next(&ix->buckets, &i)) != NULL;) {
-        bucket *b = sl->value;
-        list[k].ptr = b->value;
-        list[k].len = b->len;
-        k++;
-    }
-    *out = kinf_values_new(list, k);
+    if (ix != NULL) /* an unknown index has no values (client-go's ListIndexFuncValues) */
+        e = kinf_indexer_values_locked(ix, out);
     pthread_rwlock_unlock(&s->lock);
-    free(list);
-    return *out ? KINF_OK : KINF_ENOMEM;
+    return e;
 }
 
 unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len)

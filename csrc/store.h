@@ -1,7 +1,7 @@
 /*
  * store.h - the thread-safe indexed store (client-go ThreadSafeStore + Indexer).
  *
- * Contract (SEMANTICS.md section 2):
+ * Contract (docs/semantics.md, section 2):
  * - Items are object records keyed by their key. add == update: store the new record, then move
  *   the key in every index from the old record's values to the new ones. delete acts only when
  *   the key exists. replace swaps the whole content and rebuilds every index.

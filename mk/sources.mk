@@ -7,6 +7,7 @@ CORE_SRC += csrc/kinf.c
 CORE_SRC += csrc/object.c
 CORE_SRC += csrc/map.c
 CORE_SRC += csrc/store.c
+CORE_SRC += csrc/index.c
 CORE_SRC += csrc/delta_fifo.c
 CORE_SRC += csrc/jsonscan.c
 CORE_SRC += csrc/jsonspan.c
@@ -16,9 +17,12 @@ CORE_SRC += csrc/client.c
 CORE_SRC += csrc/request.c
 CORE_SRC += csrc/reflector.c
 CORE_SRC += csrc/credentials.c
+CORE_SRC += csrc/exec_credential.c
 
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c
+BIND_SRC += csrc/lua_object.c
+BIND_SRC += csrc/lua_guard.c
 BIND_SRC += csrc/lua_decode.c
 BIND_SRC += csrc/lua_store.c
 BIND_SRC += csrc/lua_fifo.c

@@ -308,19 +308,43 @@ describe("store", function()
     assert.same({}, bare:list_index_func_values("namespace"))
   end)
 
-  it("unknown index: index, by_index and index_keys raise; list_index_func_values is empty", function()
+  -- client-go's rule: Index, ByIndex and IndexKeys fail for an index that does not exist,
+  -- ListIndexFuncValues returns an empty list.
+  it("unknown index: index, by_index and index_keys raise at the caller's line; list_index_func_values is empty", function()
     local store = kinformer.store()
     store:add(mk("a", "v"))
-    for _, call in ipairs({
-      function() return store:index("nope", mk("a")) end,
-      function() return store:by_index("nope", "v") end,
-      function() return store:index_keys("nope", "v") end,
+    -- The calls are statements, not `return f()`: LuaJIT's tail calls drop the caller's frame.
+    local line = debug.getinfo(1, "l").currentline
+    for i, case in ipairs({
+      { "index", function() store:index("nope", mk("a")) end },
+      { "by_index", function() store:by_index("nope", "v") end },
+      { "index_keys", function() store:index_keys("nope", "v") end },
     }) do
-      local ok, err = pcall(call)
+      local ok, err = pcall(case[2])
       assert.is_false(ok)
-      assert.matches("index 'nope' does not exist", err, 1, true)
+      assert.matches("bad argument #1 to '" .. case[1] .. "'", err, 1, true)
+      assert.matches("store_spec.lua:" .. line + 1 + i .. ":", err, 1, true)
     end
     assert.same({}, store:list_index_func_values("nope"))
+    -- the same for an index the store had no values for yet, and one that exists
+    store:add_indexers{ empty = function() return {} end }
+    assert.same({}, store:list_index_func_values("empty"))
+    assert.same({}, store:by_index("empty", "v"))
+  end)
+
+  it("list and list_keys take no arguments: a filter raises instead of being ignored", function()
+    local store = kinformer.store()
+    for i = 1, 11 do store:add(pod("p" .. i, { namespace = i % 2 == 0 and "shop" or "other" })) end
+    for _, method in ipairs({ "list", "list_keys" }) do
+      local line = debug.getinfo(1, "l").currentline
+      local ok, err = pcall(function() store[method](store, { namespace = "shop", label = "x" }) end)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to '" .. method .. "'", err, 1, true)
+      assert.matches("store_spec.lua:" .. line + 1 .. ":", err, 1, true)
+      assert.has_error(function() store[method](store, "shop") end)
+      assert.equal(11, #store[method](store))
+      assert.equal(11, #store[method](store, nil))
+    end
   end)
 
   it("replace rebuilds every index and drops values of the old content", function()
@@ -365,18 +389,33 @@ describe("store", function()
       assert.same({ "a" }, store:index_keys("by_val", "y"))
     end)
 
-    it("raises 'indexer conflict' for an existing name and registers nothing", function()
+    it("returns nil, err, \"EEXIST\" for an existing name and registers nothing", function()
       local store = kinformer.store{ indexers = { by_val = function(o) return { o.val } end } }
       store:add(mk("a", "x"))
-      local ok, err = pcall(store.add_indexers, store, { by_val = function() return { "z" } end })
-      assert.is_false(ok)
-      assert.matches("indexer conflict: by_val", err, 1, true)
-      ok, err = pcall(store.add_indexers, store, { namespace = function() return {} end })
-      assert.is_false(ok)
-      assert.matches("indexer conflict: namespace", err, 1, true)
+      local ok, err, code = store:add_indexers{ by_val = function() return { "z" } end }
+      assert.is_nil(ok)
+      assert.is_string(err)
+      assert.equal("EEXIST", code)
+      ok, err, code = store:add_indexers{ namespace = function() return {} end,
+                                          fresh = function() return { "f" } end }
+      assert.is_nil(ok)
+      assert.equal("EEXIST", code)
+      assert.has_error(function() store:by_index("fresh", "f") end)
       -- the original indexer is intact
       assert.same({ "a" }, store:index_keys("by_val", "x"))
       assert.same({}, store:by_index("by_val", "z"))
+    end)
+
+    it("the store's own indexers option may not take the namespace index's name", function()
+      local line = debug.getinfo(1, "l").currentline
+      local ok, err = pcall(function() kinformer.store{ indexers = { namespace = print } } end)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'store'", err, 1, true)
+      assert.matches("store_spec.lua:" .. line + 1 .. ":", err, 1, true)
+      local st = kinformer.store{ namespace_index = false,
+                                  indexers = { namespace = function() return { "x" } end } }
+      st:add(mk("a"))
+      assert.same({ "a" }, st:index_keys("namespace", "x"))
     end)
 
     it("rejects non-function indexers and non-string names", function()
@@ -412,27 +451,25 @@ describe("store", function()
       store:add(mk("keep", "1"))
       for _, bad in ipairs({ { metadata = {} }, { metadata = { namespace = "ns" } }, { val = 1 } }) do
         for _, method in ipairs({ "add", "update", "delete", "get" }) do
-          local res, err = store[method](store, bad)
+          local res, err, code = store[method](store, bad)
           assert.is_nil(res)
           assert.is_string(err)
-          assert.matches("metadata", err, 1, true)
+          assert.equal("ENOKEY", code)
         end
       end
-      local res, err = store:add({ metadata = { namespace = "ns" } })
+      -- replace with one bad item: nil, err, code; old content kept
+      local res, err, code = store:replace({ mk("x"), { metadata = {} } })
       assert.is_nil(res)
-      assert.matches("metadata.name", err, 1, true)
-      -- replace with one bad item: nil, err naming the item, old content kept
-      res, err = store:replace({ mk("x"), { metadata = {} } })
-      assert.is_nil(res)
-      assert.matches("item #2", err, 1, true)
-      assert.matches("metadata.name", err, 1, true)
+      assert.is_string(err)
+      assert.equal("ENOKEY", code)
       assert.same({ "keep" }, store:list_keys())
     end)
 
     it("a key with two slashes: split_key returns nil, err; get_by_key finds nothing", function()
-      local ns, err = kinformer.split_key("a/b/c")
+      local ns, err, code = kinformer.split_key("a/b/c")
       assert.is_nil(ns)
       assert.is_string(err)
+      assert.equal("ENOKEY", code)
       local store = kinformer.store()
       assert.is_nil(store:get_by_key("a/b/c"))
     end)
@@ -485,38 +522,38 @@ describe("store", function()
       end
 
       it("raises: the write returns true, err and the store stays consistent", function()
-        local ok, err = store:update({ metadata = { name = "x", namespace = "ns" }, mode = "raise",
-          val = "1" })
+        local ok, err, code = store:update({ metadata = { name = "x", namespace = "ns" },
+          mode = "raise", val = "1" })
         assert.is_true(ok)
-        assert.matches("index 'by_mode'", err, 1, true)
-        assert.matches("ns/x", err, 1, true)
-        assert.matches("boom in by_mode", err, 1, true)
+        assert.equal("EINDEX", code)
+        assert.matches("boom in by_mode", err, 1, true) -- the index function's own error
         check_consistent("raise", "1", 1)
       end)
 
       it("returns a string: true, err saying a list is expected", function()
-        local ok, err = store:add({ metadata = { name = "x", namespace = "ns" }, mode = "string",
-          val = "1" })
+        local ok, err, code = store:add({ metadata = { name = "x", namespace = "ns" },
+          mode = "string", val = "1" })
         assert.is_true(ok)
-        assert.matches("index 'by_mode'", err, 1, true)
-        assert.matches("returned a string", err, 1, true)
+        assert.is_string(err)
+        assert.equal("EINDEX", code)
         check_consistent("string", "1", 1)
       end)
 
       it("returns a number: true, err naming the type", function()
-        local ok, err = store:add({ metadata = { name = "x", namespace = "ns" }, mode = "number",
-          val = "1" })
+        local ok, err, code = store:add({ metadata = { name = "x", namespace = "ns" },
+          mode = "number", val = "1" })
         assert.is_true(ok)
-        assert.matches("returned a number", err, 1, true)
+        assert.is_string(err)
+        assert.equal("EINDEX", code)
         check_consistent("number", "1", 1)
       end)
 
       it("returns a list with a non-string: true, err naming the value; no partial values", function()
-        local ok, err = store:add({ metadata = { name = "x", namespace = "ns" }, mode = "nonstring",
-          val = "1" })
+        local ok, err, code = store:add({ metadata = { name = "x", namespace = "ns" },
+          mode = "nonstring", val = "1" })
         assert.is_true(ok)
-        assert.matches("index 'by_mode'", err, 1, true)
-        assert.matches("value #2 is a number", err, 1, true)
+        assert.is_string(err)
+        assert.equal("EINDEX", code)
         check_consistent("nonstring", "1", 1)
         assert.same({}, store:by_index("by_mode", "fine"))
       end)
@@ -534,22 +571,23 @@ describe("store", function()
       end)
 
       it("during replace: true, err; every object stored, the failing one left out", function()
-        local ok, err = store:replace({
+        local ok, err, code = store:replace({
           { metadata = { name = "other", namespace = "ns" }, mode = "a", val = "o" },
           { metadata = { name = "x", namespace = "ns" }, mode = "raise", val = "1" },
         }, "5")
         assert.is_true(ok)
+        assert.equal("EINDEX", code)
         assert.matches("boom in by_mode", err, 1, true)
         check_consistent("raise", "1", 1)
       end)
 
       it("during add_indexers: true, err; the new index leaves the object out", function()
-        local ok, err = store:add_indexers{ late = function(o)
+        local ok, err, code = store:add_indexers{ late = function(o)
           if o.metadata.name == "x" then error("late failure") end
           return { "v" }
         end }
         assert.is_true(ok)
-        assert.matches("index 'late'", err, 1, true)
+        assert.equal("EINDEX", code)
         assert.matches("late failure", err, 1, true)
         assert.same({ "ns/other" }, store:index_keys("late", "v"))
         assert.equal(1, store:status().index_errors)
@@ -557,8 +595,9 @@ describe("store", function()
       end)
 
       it("store:index with a failing function returns nil, err", function()
-        local res, err = store:index("by_mode", { metadata = { name = "p" }, mode = "raise" })
+        local res, err, code = store:index("by_mode", { metadata = { name = "p" }, mode = "raise" })
         assert.is_nil(res)
+        assert.equal("EINDEX", code)
         assert.matches("boom in by_mode", err, 1, true)
       end)
     end)

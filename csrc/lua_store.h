@@ -1,0 +1,32 @@
+/*
+ * lua_store.h - the store userdata (lua_store.c) as the other binding files see it: the informer
+ * (lua_informer.c) writes the C store behind a store userdata directly, from C, and a DeltaFIFO
+ * (lua_fifo.c) takes a store as its known objects. Nothing else of lua_store.c is shared.
+ * Every function takes the Lua state and the stack index of the store userdata, and runs on the
+ * thread that owns the state.
+ */
+#ifndef KINF_LUA_STORE_H
+#define KINF_LUA_STORE_H
+
+#include "compat.h"
+#include "object.h"
+
+struct kinf_store;
+
+/* The C store behind the store userdata at idx (borrowed), or NULL if the value is not one or
+ * the store is closed. */
+struct kinf_store *kl_test_store(lua_State *L, int idx);
+
+/* Makes the store at idx an informer's cache: from now on only the informer writes it; its
+ * own write methods raise. */
+void kl_store_set_readonly(lua_State *L, int idx);
+
+/* Sets the Lua state that the store's Lua index functions run in during writes made from C
+ * (the dispatching state); returns the previous one, to be restored when the write is done. */
+lua_State *kl_store_set_state(lua_State *L, int idx, lua_State *to);
+
+/* Forgets the table handed out for obj, a record the informer just replaced or removed from the
+ * store, so later reads decode its successor. Call before dropping the last reference to obj. */
+void kl_store_unpin(lua_State *L, int idx, kinf_object *obj);
+
+#endif
