@@ -8,7 +8,8 @@
 --
 -- Option tables: options(opts, known, fname) refuses a non-table and any name `known` lacks;
 -- number / func / string check one typed option and return its value or the default.
-local type, error, tostring, pairs, format = type, error, tostring, pairs, string.format
+local type, error, tostring, pairs, pcall, format = type, error, tostring, pairs, pcall,
+  string.format
 local getinfo, floor = debug.getinfo, math.floor
 
 local _M = {}
@@ -41,6 +42,18 @@ function _M.raise(n, fname, msg)
   error(format("bad argument #%d to '%s' (%s)", n, fname, msg), level > 0 and level or 0)
 end
 local raise = _M.raise
+
+-- Passes a call's results on, or re-raises its error at the first caller outside kinformer.
+local function pass(ok, ...)
+  if not ok then _M.fail((...)) end
+  return ...
+end
+
+--- argcheck.call(fn, ...) -> fn(...)'s results; what fn raises (a C function's argument
+-- errors carry no position) is raised again at the first caller outside kinformer.
+function _M.call(fn, ...)
+  return pass(pcall(fn, ...))
+end
 
 --- argcheck.options(opts, known, fname[, n]) -> opts ({} for nil)
 -- known: name -> anything truthy. Raises for a non-table and for an unknown name.
