@@ -93,9 +93,9 @@ function _M.for_client(client, opts)
     if conflict then raise(1, "informer", conflict) end
     return inf
   end
-  local err
-  inf, err = new(client._core, opts, res)
-  if not inf then return nil, err end
+  local err, code
+  inf, err, code = new(client._core, opts, res)
+  if not inf then return nil, err, code end
   shared[key] = inf
   return inf
 end
@@ -267,7 +267,7 @@ function Informer:add_handler(h)
     end
   end
   if self._stopped then
-    return nil, "informer " .. self._name .. " has stopped; handler not added"
+    return nil, "informer " .. self._name .. " has stopped; handler not added", "ECLOSED"
   end
   local resync = h.resync
   if resync == nil then resync = self._default_resync end
@@ -369,10 +369,10 @@ end
 
 --- informer:start() -> true | nil, err. Starts listing and watching (on the client's I/O thread).
 function Informer:start()
-  if self._stopped then return nil, "informer " .. self._name .. " has stopped" end
+  if self._stopped then return nil, "informer " .. self._name .. " has stopped", "ECLOSED" end
   if self._started then return true end
-  local ok, err = self._reflector:start()
-  if not ok then return nil, err end
+  local ok, err, code = self._reflector:start()
+  if not ok then return nil, err, code end
   self._started = true
   if self._resync_check > 0 then self._next_check = clock.now() + self._resync_check end
   return true
@@ -432,16 +432,20 @@ function Informer:wait_for_sync(timeout)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
     raise(1, "wait_for_sync", "number of seconds >= 0 expected")
   end
-  if not self._started then return nil, "informer " .. self._name .. " is not started" end
+  if not self._started then
+    return nil, "informer " .. self._name .. " is not started", "EINVAL"
+  end
   local t0 = clock.now()
   local deadline = timeout and t0 + timeout or math_huge
   local fds = { self:fd() }
   while true do
     self:dispatch(1000)
-    if self._stopped then return nil, "informer " .. self._name .. " stopped before it synced" end
+    if self._stopped then
+      return nil, "informer " .. self._name .. " stopped before it synced", "ECLOSED"
+    end
     if self:has_synced() and self._pending == 0 then return true end
     local left = deadline - clock.now()
-    if left <= 0 then return nil, self:_not_synced(timeout) end
+    if left <= 0 then return nil, self:_not_synced(timeout), "ETIMEDOUT" end
     wait(fds, math_min(left, 0.1))
   end
 end
