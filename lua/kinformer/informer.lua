@@ -1,5 +1,6 @@
---- kinformer.informer: the shared index informer (client-go SharedIndexInformer), docs/semantics.md,
--- section 5. Reached through client:informer (kinformer.for_client here shares them).
+--- kinformer.informer: the shared index informer (client-go SharedIndexInformer),
+-- docs/semantics.md, section 5. Reached through client:informer (for_client below shares them
+-- per client).
 --
 -- One informer = one reflector (list + watch on the client's I/O thread) filling a DeltaFIFO whose
 -- known objects are the informer's store; dispatch() pops the FIFO, applies the deltas to the

@@ -5,8 +5,8 @@
 --   a worker gets it. An item added while a worker processes it is not handed to a second worker;
 --   it is queued again when that worker calls done(item). add of a queued item is a no-op.
 -- - add_after(item, s) holds the item in a min-heap of ready times (kinformer.workqueue.heap);
---   a second add_after of a waiting item only ever moves it earlier. add_rate_limited(item) is add_after(item,
---   limiter:when(item)); forget / num_requeues ask the rate limiter.
+--   a second add_after of a waiting item only ever moves it earlier. add_rate_limited(item) is
+--   add_after(item, limiter:when(item)); forget / num_requeues ask the rate limiter.
 -- - shut_down(): adds are ignored and waiting (delayed) items dropped; get still hands out what is
 --   queued and returns nil, "shutdown" once the queue is empty. shut_down_with_drain() also waits
 --   until every item handed out is done.

@@ -56,7 +56,8 @@ function View:_shm()
   if d == nil then
     d = shared[self.dict_name]
     if d == nil then
-      argcheck.fail("kinformer.ngx view '" .. self.name .. "': no lua_shared_dict " .. self.dict_name)
+      argcheck.fail("kinformer.ngx view '" .. self.name .. "': no lua_shared_dict "
+        .. self.dict_name)
     end
     self._dict = d
   end
