@@ -230,9 +230,13 @@ local function describe_model(model)
         assert.is_true(inf.objects >= 8) -- the sample cluster's 5 and ours
         assert.equals(0, inf.handler_errors)
         assert.equals(0, p.dispatch_errors)
+        -- the example's view: the services it publishes, no failures
+        assert.is_true(p.views.routes.keys >= 1)
+        assert.equals(0, p.views.routes.errors)
       end
       local code, text = get("localhost", "/metrics")
       assert.equals(200, code)
+      assert.matches('kinformer_view_keys{view="routes",process="', text, 1, true)
       for _, name in ipairs{ "kinformer_informer_synced", "kinformer_informer_relists_total",
           "kinformer_informer_watch_events_total", "kinformer_informer_queue_length",
           "kinformer_informer_resource_version_age_seconds" } do

@@ -7,7 +7,7 @@
 -- whichever worker serves the request. collect() never blocks; it decodes what the dict holds.
 local ngx = ngx
 local nprocess = require "kinformer.ngx.process"
-local views = require("kinformer.ngx.view").all
+local all_views = require("kinformer.ngx.view").all
 
 local json = require("cjson").new() -- our own instance: a user's cjson settings stay theirs
 local json_encode, json_decode = json.encode, json.decode
@@ -38,7 +38,7 @@ local function snapshot(t)
     st.resource_version_age = t - S.rv_at[i]
     infs[name] = st
   end
-  for _, v in ipairs(views) do
+  for _, v in ipairs(all_views) do
     local vs = { keys = v.keys, errors = v.errors }
     if S.model == "agent" then
       local d = shared[v.dict_name]
@@ -128,6 +128,5 @@ function _M.collect()
   end
   return out
 end
-
 
 return _M
