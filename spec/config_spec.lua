@@ -337,6 +337,32 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
       assert.equal("kubeconfig DIR/config: YAML syntax error at line 2, byte 6: invalid trailing UTF-8 octet", err)
     end)
 
+    it("values the core refuses: from a kubeconfig an error value, as options a raise", function()
+      local kc = write(dir .. "/config", [[
+current-context: c
+clusters: [{name: k, cluster: {server: "http://k", tls-server-name: x}}]
+contexts: [{name: c, context: {cluster: k}}]
+]])
+      local c, err, code = kinformer.client{ kubeconfig = kc }
+      assert.is_nil(c)
+      assert.equal("kubeconfig " .. kc .. ", context c: tls_server_name needs an https:// server",
+        err)
+      assert.equal("EINVAL", code)
+      local line = debug.getinfo(1, "l").currentline
+      local ok, e = pcall(function() kinformer.client{ server = "http://k", tls_server_name = "x" } end)
+      assert.is_false(ok)
+      assert.matches("^[^:]*config_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'client' "
+        .. "%(tls_server_name needs an https:// server%)$", e)
+      line = debug.getinfo(1, "l").currentline
+      ok, e = pcall(function() config.load{ kubeconfig = {} } end)
+      assert.matches("^[^:]*config_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'client' "
+        .. "%(option 'kubeconfig' must not be empty%)$", e)
+      line = debug.getinfo(1, "l").currentline
+      ok, e = pcall(function() kinformer.client{ server = "https://k", exec = { args = {} } } end)
+      assert.matches("^[^:]*config_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'client' "
+        .. "%(exec option 'command' is required%)$", e)
+    end)
+
     it("errors of the core come back as values naming the kubeconfig, never raised", function()
       local kc = write(dir .. "/config", ([[
 current-context: c

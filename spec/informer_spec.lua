@@ -1,10 +1,10 @@
--- The shared index informer (SEMANTICS 5) against the fake API server. Ports of client-go's
+-- The shared index informer (docs/semantics.md, section 5) against the fake API server. Ports of client-go's
 -- shared_informer_test.go are named after the originals; the rest covers the Lua API contract
 -- (handlers that raise, read-only lazily decoded objects, run/dispatch/fd, wait_for_sync errors)
 -- and an end-to-end check that, after churn, relists and watch drops, the store equals the
 -- server and every handler saw a consistent history.
 local kinformer = require "kinformer"
-local informer_mod = require "kinformer.informer"
+local clock = require "kinformer.clock"
 local core = require "kinformer.core"
 local socket = require "socket"
 local fake = require "support.fake_apiserver"
@@ -92,7 +92,7 @@ describe("shared informer", function()
   after_each(function()
     for _, inf in ipairs(informers) do inf:stop() end
     informers = {}
-    informer_mod.set_clock(nil)
+    clock.now = core.now
     kinformer.set_logger(nil)
   end)
   teardown(function() if srv then srv:stop() end end)
@@ -100,7 +100,7 @@ describe("shared informer", function()
   describe("client-go ports", function()
     it("TestListenerResyncPeriods: each handler resyncs on its own period", function()
       local t = 1000
-      informer_mod.set_clock(function() return t end)
+      clock.now = function() return t end
       create(srv, "default", "pod1")
       create(srv, "default", "pod2")
       local inf = track(new_informer{ resync = 1 })
@@ -165,6 +165,21 @@ describe("shared informer", function()
       local h = inf:add_handler{ resync = 30 }
       assert.same(0, h:resync_period())
       assert.matches("resync = 0", warned, 1, true)
+      assert.same({ 0 }, inf:status().handler_resyncs)
+    end)
+
+    it("status lists each handler's effective resync and the check period", function()
+      kinformer.set_logger(function() end) -- the raise after start is logged as a warning
+      local inf = track(new_informer{ resync = 10 })
+      inf:add_handler{}
+      inf:add_handler{ resync = 0 }
+      inf:add_handler{ resync = 30 }
+      assert(inf:start())
+      local late = inf:add_handler{ resync = 3 } -- after start: raised to the check period
+      assert.same(10, late:resync_period())
+      local st = inf:status()
+      assert.same(10, st.resync_check_period)
+      assert.same({ 10, 0, 30, 10 }, st.handler_resyncs)
     end)
 
     it("SharedInformerWatchDisruption: handlers catch up after a watch drop", function()
@@ -201,9 +216,10 @@ describe("shared informer", function()
         times = -1 }
       local inf = track(new_informer{})
       assert(inf:start())
-      local ok, err = inf:wait_for_sync(1)
+      local ok, err, code = inf:wait_for_sync(1)
       assert.is_nil(ok)
       assert.matches("not synced after 1s", err, 1, true)
+      assert.equal("ETIMEDOUT", code)
       assert.matches("403", err, 1, true)
       assert.matches("pods is forbidden", err, 1, true)
       local st = inf:status()
@@ -315,13 +331,15 @@ describe("shared informer", function()
       local inf = track(new_informer{})
       assert(inf:start())
       inf:stop()
-      local reg, err = inf:add_handler{ on_add = function() end }
+      local reg, err, code = inf:add_handler{ on_add = function() end }
       assert.is_nil(reg)
       assert.matches("stopped", err)
+      assert.equal("ECLOSED", code)
       assert.is_true(inf:is_stopped())
-      local ok, serr = inf:start()
+      local ok, serr, scode = inf:start()
       assert.is_nil(ok)
       assert.matches("stopped", serr)
+      assert.equal("ECLOSED", scode)
     end)
 
     it("TestRemoveOnStoppedSharedInformer: removing after stop works", function()
@@ -347,6 +365,54 @@ describe("shared informer", function()
       a:stop()
       local b = track(new_informer{ resource = "pods", namespace = "default" })
       assert.are_not.equal(a, b)
+    end)
+
+    it("a shared informer's transform must match, absent or present", function()
+      local function tf(obj) return obj end
+      local plain = track(new_informer{ resource = "pods", namespace = "a" })
+      assert.has_error(function()
+        client:informer{ resource = "pods", namespace = "a", transform = tf }
+      end, "bad argument #1 to 'informer' (transform differs from the shared informer's)")
+      local shaped = track(new_informer{ resource = "pods", namespace = "b", transform = tf })
+      -- A caller without a transform expects whole objects: it must not get transformed ones.
+      assert.has_error(function()
+        client:informer{ resource = "pods", namespace = "b" }
+      end, "bad argument #1 to 'informer' (transform differs from the shared informer's)")
+      assert.equal(shaped, client:informer{ resource = "pods", namespace = "b", transform = tf })
+      assert.equal(plain, client:informer{ resource = "pods", namespace = "a" })
+    end)
+
+    it("checks the options of a call that finds a shared informer", function()
+      local a = track(new_informer{ resource = "pods", namespace = "default" })
+      assert.has_error(function()
+        client:informer{ resource = "pods", namespace = "default", resync_period = 30 }
+      end, "bad argument #1 to 'informer' (unknown option 'resync_period')")
+      assert.has_error(function()
+        client:informer{ resource = "pods", namespace = "default", resync = "30" }
+      end, "bad argument #1 to 'informer' (option 'resync' must be a number of seconds >= 0)")
+      assert.equal(a, client:informer{ resource = "pods", namespace = "default" })
+    end)
+
+    it("argument errors name the caller's line, not the library's", function()
+      local line = debug.getinfo(1, "l").currentline
+      local ok, err = pcall(function() client:informer{ resource = "pods", resync_period = 30 } end)
+      assert.is_false(ok)
+      assert.equal("spec/informer_spec.lua:" .. (line + 1) .. ": bad argument #1 to 'informer' "
+        .. "(unknown option 'resync_period')", err:match("spec/informer_spec%.lua:.*"))
+      assert.matches("^[^:]*informer_spec%.lua:%d+: ", err)
+      local inf = track(new_informer{})
+      line = debug.getinfo(1, "l").currentline
+      ok, err = pcall(function() inf:add_handler{ on_add = 1 } end)
+      assert.matches("informer_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'add_handler'", err)
+      line = debug.getinfo(1, "l").currentline
+      ok, err = pcall(function() kinformer.client{ server = srv.url, connect_timeout = -1 } end)
+      assert.matches("informer_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'client'", err)
+      line = debug.getinfo(1, "l").currentline
+      ok, err = pcall(function() client:reflector{ resource = "pods", fifo = 1 } end)
+      assert.matches("informer_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'reflector'", err)
+      line = debug.getinfo(1, "l").currentline
+      ok, err = pcall(function() inf:add_indexers{ by = 1 } end)
+      assert.matches("informer_spec%.lua:" .. (line + 1) .. ": bad argument #1 to 'add_indexers'", err)
     end)
 
     it("rejects bad options by raising", function()
@@ -393,9 +459,10 @@ describe("shared informer", function()
       assert.same({ "a/p1", "a/p2" }, store:index_keys("namespace", "a"))
       assert(inf:add_indexers{ by_app = function(p) return { p.metadata.labels.app } end })
       assert.same(3, #store:by_index("by_app", "web"))
-      local ok, err = inf:add_indexers{ by_node = function() return {} end }
+      local ok, err, code = inf:add_indexers{ by_node = function() return {} end }
       assert.is_nil(ok)
       assert.matches("indexer conflict: by_node", err, 1, true)
+      assert.equal("EEXIST", code)
       local vals = store:list_index_func_values("by_node")
       table.sort(vals)
       assert.same({ "n1", "n2" }, vals)

@@ -212,6 +212,14 @@ describe("leader election", function()
     assert.truthy(logged:find("on_stopped_leading raised: .*boom in stopped"))
   end)
 
+  it("names the caller's line in argument errors", function()
+    local line = debug.getinfo(1, "l").currentline
+    local ok, err = pcall(function() kinformer.leader_election{ client = client, colour = 1 } end)
+    assert.is_false(ok)
+    assert.matches("^[^:]*leaderelection_spec%.lua:" .. (line + 1)
+      .. ": bad argument #1 to 'leader_election' %(unknown option 'colour'%)$", err)
+  end)
+
   it("raises for bad options", function()
     assert.has_error(function() kinformer.leader_election() end,
       "bad argument #1 to 'leader_election' (table expected, got nil)")

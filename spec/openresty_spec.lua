@@ -230,9 +230,13 @@ local function describe_model(model)
         assert.is_true(inf.objects >= 8) -- the sample cluster's 5 and ours
         assert.equals(0, inf.handler_errors)
         assert.equals(0, p.dispatch_errors)
+        -- the example's view: the services it publishes, no failures
+        assert.is_true(p.views.routes.keys >= 1)
+        assert.equals(0, p.views.routes.errors)
       end
       local code, text = get("localhost", "/metrics")
       assert.equals(200, code)
+      assert.matches('kinformer_view_keys{view="routes",process="', text, 1, true)
       for _, name in ipairs{ "kinformer_informer_synced", "kinformer_informer_relists_total",
           "kinformer_informer_watch_events_total", "kinformer_informer_queue_length",
           "kinformer_informer_resource_version_age_seconds" } do
@@ -335,3 +339,72 @@ end
 
 describe_model("worker")
 describe_model("agent")
+
+-- kinformer.ngx's argument errors name the line of the call that made the mistake (a module of
+-- the application), not a line of kinformer.
+describe("kinformer.ngx argument errors", function()
+  local inst, dir
+
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local f = assert(io.open(dir .. "/argprobe.lua", "w"))
+    f:write([[
+local M = {}
+function M.run()
+  local kngx, out, ok, err = require "kinformer.ngx", {}
+  ok, err = pcall(function() kngx.view{ name = "v", bogus = 1 } end)
+  out[#out + 1] = tostring(err)
+  ok, err = pcall(function() kngx.start{ informers = {} } end)
+  out[#out + 1] = tostring(err)
+  ok, err = pcall(function() kngx.enable_agent() end)
+  out[#out + 1] = tostring(err)
+  ngx.say(table.concat(out, "\n"))
+end
+return M
+]])
+    f:close()
+    local root = KINFORMER_ROOT
+    local port = openresty.free_port()
+    inst = openresty.start{ name = "argprobe", conf = ([[
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module %s;
+worker_processes 1;
+error_log logs/error.log notice;
+pid logs/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path logs/client_body;
+    proxy_temp_path logs/proxy;
+    fastcgi_temp_path logs/fastcgi;
+    uwsgi_temp_path logs/uwsgi;
+    scgi_temp_path logs/scgi;
+    lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
+    lua_package_cpath "%s/build/luajit/?.so;;";
+    server {
+        listen 127.0.0.1:%d;
+        location = /probe { content_by_lua_block { require("argprobe").run() } }
+    }
+}
+]]):format(openresty.LUA_MODULE, dir, root, root, root, port) }
+    inst.port = port
+  end)
+
+  teardown(function()
+    if inst then inst:stop() end
+    if dir then os.execute("rm -rf " .. dir) end
+  end)
+
+  it("names the application's line", function()
+    local code, body = openresty.get(inst.port, "localhost", "/probe")
+    assert.equals(200, code, body)
+    local lines = {}
+    for l in body:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.matches("argprobe%.lua:4: bad argument #1 to 'view' %(unknown option 'bogus'%)$", lines[1])
+    assert.matches("argprobe%.lua:6: bad argument #1 to 'start' %(option 'informers' must be", lines[2])
+    assert.matches("argprobe%.lua:8: kinformer.ngx.enable_agent%(%) must be called from init_by_lua",
+      lines[3])
+  end)
+end)

@@ -233,6 +233,14 @@ describe("REST client", function()
     assert.equal("app in (a,b),tier!=x", list.query.labelSelector)
   end)
 
+  it("names the caller's line in argument errors", function()
+    local line = debug.getinfo(1, "l").currentline
+    local ok, err = pcall(function() client:get("configmaps", "a", { colour = 1 }) end)
+    assert.is_false(ok)
+    assert.matches("^[^:]*rest_spec%.lua:" .. (line + 1)
+      .. ": bad argument #3 to 'get' %(unknown option 'colour'%)$", err)
+  end)
+
   it("raises for wrong arguments", function()
     assert.has_error(function() client:get("configmaps") end,
                      "bad argument #2 to 'get' (name or \"namespace/name\" key expected, got nil)")

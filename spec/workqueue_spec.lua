@@ -1004,3 +1004,27 @@ describe("workqueue with a real informer", function()
     assert.same({ nil, "shutdown" }, { q:get(1) })
   end)
 end)
+
+describe("workqueue argument errors", function()
+  -- Each raise names the line of the call that made the mistake, however deep the library
+  -- found it (the queue's constructor builds its default rate limiter, get checks its timeout).
+  local function raised_at(fn, line)
+    local ok, err = pcall(fn)
+    assert.is_false(ok)
+    assert.matches("^[^:]*workqueue_spec%.lua:" .. line .. ": ", err)
+    return err
+  end
+
+  it("names the caller's line", function()
+    local line = debug.getinfo(1, "l").currentline
+    raised_at(function() workqueue{ colour = 1 } end, line + 1)
+    raised_at(function() workqueue.new{ clock = 1 } end, line + 2)
+    raised_at(function() workqueue.default_rate_limiter{ clock = 1 } end, line + 3)
+    raised_at(function() workqueue.max_of_rate_limiter{ {} } end, line + 4)
+    local q = workqueue{}
+    raised_at(function() q:add(1) end, line + 6)
+    raised_at(function() q:get(-1) end, line + 7)
+    local err = raised_at(function() q:get() end, line + 8)
+    assert.matches("get would wait forever", err, 1, true)
+  end)
+end)

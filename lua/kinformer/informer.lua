@@ -1,4 +1,6 @@
---- kinformer.informer: the shared index informer (client-go SharedIndexInformer), SEMANTICS 5.
+--- kinformer.informer: the shared index informer (client-go SharedIndexInformer),
+-- docs/semantics.md, section 5. Reached through client:informer (for_client below shares them
+-- per client).
 --
 -- One informer = one reflector (list + watch on the client's I/O thread) filling a DeltaFIFO whose
 -- known objects are the informer's store; dispatch() pops the FIFO, applies the deltas to the
@@ -18,24 +20,20 @@
 -- always when no resync is configured) that is every handler.
 local core = require "kinformer.core"
 local resources = require "kinformer.resources"
+local argcheck = require "kinformer.argcheck"
+local clock = require "kinformer.clock" -- clock.now is read at each use: a spec may replace it
 
-local type, pairs, ipairs, pcall, error, tostring, select = type, pairs, ipairs, pcall, error,
-  tostring, select
-local setmetatable, string_format, math_min, math_huge = setmetatable, string.format, math.min,
-  math.huge
-local now, wait = core.now, core.wait -- now: replaceable by set_clock (tests)
+local type, pairs, ipairs, pcall, error, tostring = type, pairs, ipairs, pcall, error, tostring
+local setmetatable, getmetatable, string_format, math_min, math_huge = setmetatable,
+  getmetatable, string.format, math.min, math.huge
+local wait = core.wait
 local log = core.log
+local raise = argcheck.raise
 
 local ADD, UPDATE, DELETE = 1, 2, 3
 local MIN_RESYNC = 1.0 -- client-go's minimumResyncPeriod
 
 local _M = {}
-
---- For tests (client-go's fake clock): set_clock(fn) makes resync timing read fn() instead of the
--- monotonic clock; set_clock(nil) restores it.
-function _M.set_clock(fn)
-  now = fn or core.now
-end
 
 local Informer = {}
 Informer.__index = Informer
@@ -52,42 +50,70 @@ local REFLECTOR_OPTS = {
 local OWN_OPTS = { resource = true, api_version = true, namespace = true, resync = true,
   transform = true }
 
-local function argerror(fname, msg)
-  error("bad argument #1 to '" .. fname .. "' (" .. msg .. ")", 3)
-end
-
---- The key under which a client shares informers: same resource, namespace and selectors.
-function _M.share_key(opts)
-  local res, err = resources.resolve(opts)
-  if not res then argerror("informer", err) end
-  return res.path .. "?l=" .. (opts.label_selector or "") .. "&f=" .. (opts.field_selector or ""),
-    res
-end
-
---- Creates an informer (use client:informer, which shares them).
-function _M.new(client_core, opts, res)
-  for k, v in pairs(opts) do
+-- Checks every option of a client:informer call (shared or not) -> res (resources.resolve).
+local function check_options(opts)
+  if type(opts) ~= "table" then raise(1, "informer", "table expected, got " .. type(opts)) end
+  for k in pairs(opts) do
     if not REFLECTOR_OPTS[k] and not OWN_OPTS[k] then
-      argerror("informer", "unknown option '" .. tostring(k) .. "'")
+      raise(1, "informer", "unknown option '" .. tostring(k) .. "'")
     end
   end
-  local resync = opts.resync or 0
-  if type(resync) ~= "number" or resync < 0 then
-    argerror("informer", "option 'resync' must be a number of seconds >= 0")
+  local resync = opts.resync
+  if resync ~= nil and (type(resync) ~= "number" or resync < 0) then
+    raise(1, "informer", "option 'resync' must be a number of seconds >= 0")
   end
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
-    argerror("informer", "option 'transform' must be a function")
+    raise(1, "informer", "option 'transform' must be a function")
   end
+  local res, err = resources.resolve(opts)
+  if not res then raise(1, "informer", err) end
+  return res
+end
+
+-- The key under which a client shares informers: same resource, namespace and selectors.
+local function share_key(opts, res)
+  return res.path .. "?l=" .. (opts.label_selector or "") .. "&f=" .. (opts.field_selector or "")
+end
+
+local new
+
+--- informer.for_client(client, opts) -> informer | nil, err: client:informer's work. The
+-- client's live informer for the same resource, namespace and selectors when there is one (the
+-- options that change what is cached must agree, or it raises), else a new one.
+function _M.for_client(client, opts)
+  local res = check_options(opts)
+  local key = share_key(opts, res)
+  local shared = client._informers
+  if not shared then
+    shared = {}
+    client._informers = shared
+  end
+  local inf = shared[key]
+  if inf and not inf:is_stopped() then
+    local conflict = inf:_conflict(opts)
+    if conflict then raise(1, "informer", conflict) end
+    return inf
+  end
+  local err, code
+  inf, err, code = new(client._core, opts, res)
+  if not inf then return nil, err, code end
+  shared[key] = inf
+  return inf
+end
+
+-- Creates an informer from checked options.
+new = function(client_core, opts, res)
+  local resync = opts.resync or 0
   local store = core.store{}
   local fifo = core.delta_fifo{ known_objects = store, emit_replaced = true }
   -- Without a transform the store keeps records exactly as listed, so a relist can reuse the
   -- unchanged ones instead of holding a second copy of the cache.
   local ropts = { path = res.path, fifo = fifo, reuse_known = opts.transform == nil }
   for k in pairs(REFLECTOR_OPTS) do ropts[k] = opts[k] end
-  local reflector, err = client_core:reflector(ropts)
-  if not reflector then return nil, err end
-  local proc, perr = core.processor(fifo, store, opts.transform)
-  if not proc then return nil, perr end
+  local reflector, err, code = argcheck.call(client_core.reflector, client_core, ropts)
+  if not reflector then return nil, err, code end
+  local proc, perr, pcode = core.processor(fifo, store, opts.transform)
+  if not proc then return nil, perr, pcode end
   local self = setmetatable({
     resource = res.resource, group = res.group, version = res.version, path = res.path,
     namespace = opts.namespace,
@@ -192,14 +218,14 @@ end
 -- and runs the handlers; returns how many it processed (0: nothing was pending).
 function Informer:dispatch(max)
   if max ~= nil and (type(max) ~= "number" or max < 1) then
-    error("bad argument #1 to 'dispatch' (a number >= 1 expected)", 2)
+    raise(1, "dispatch", "a number >= 1 expected")
   end
   max = max or 100
   if not self._started or self._stopped then return 0 end
   local n = 0
   if self._pending > 0 then n = self:_drain(max) end
   if self._resync_check > 0 then
-    local t = now()
+    local t = clock.now()
     if t >= self._next_check then
       self._next_check = t + self._resync_check
       if self:_should_resync(t) then self._fifo:resync() end
@@ -230,24 +256,24 @@ end
 -- | nil, err (the informer stopped). Any subset of the three functions.
 function Informer:add_handler(h)
   if type(h) ~= "table" then
-    error("bad argument #1 to 'add_handler' (table expected, got " .. type(h) .. ")", 2)
+    raise(1, "add_handler", "table expected, got " .. type(h))
   end
   for k, v in pairs(h) do
     if k == "on_add" or k == "on_update" or k == "on_delete" then
       if type(v) ~= "function" then
-        error("bad argument #1 to 'add_handler' (" .. k .. " must be a function)", 2)
+        raise(1, "add_handler", k .. " must be a function")
       end
     elseif k ~= "resync" then
-      error("bad argument #1 to 'add_handler' (unknown field '" .. tostring(k) .. "')", 2)
+      raise(1, "add_handler", "unknown field '" .. tostring(k) .. "'")
     end
   end
   if self._stopped then
-    return nil, "informer " .. self._name .. " has stopped; handler not added"
+    return nil, "informer " .. self._name .. " has stopped; handler not added", "ECLOSED"
   end
   local resync = h.resync
   if resync == nil then resync = self._default_resync end
   if type(resync) ~= "number" or resync < 0 then
-    error("bad argument #1 to 'add_handler' (resync must be a number of seconds >= 0)", 2)
+    raise(1, "add_handler", "resync must be a number of seconds >= 0")
   end
   if resync > 0 then
     if resync < MIN_RESYNC then resync = MIN_RESYNC end
@@ -265,7 +291,7 @@ function Informer:add_handler(h)
     end
   end
   self._next_id = (self._next_id or 0) + 1
-  local t = now()
+  local t = clock.now()
   local reg = setmetatable({
     informer = self, id = self._next_id,
     on_add = h.on_add, on_update = h.on_update, on_delete = h.on_delete,
@@ -289,7 +315,7 @@ end
 --- informer:remove_handler(reg) -> true: idempotent; also after stop.
 function Informer:remove_handler(reg)
   if getmetatable(reg) ~= Registration then
-    error("bad argument #1 to 'remove_handler' (registration expected)", 2)
+    raise(1, "remove_handler", "registration expected")
   end
   local hs = self._handlers
   for i = 1, #hs do
@@ -327,14 +353,11 @@ end
 -- Before or after start; existing objects are indexed at once.
 function Informer:add_indexers(indexers)
   if type(indexers) ~= "table" then
-    error("bad argument #1 to 'add_indexers' (table expected, got " .. type(indexers) .. ")", 2)
+    raise(1, "add_indexers", "table expected, got " .. type(indexers))
   end
-  local ok, a, b = pcall(self._store.add_indexers, self._store, indexers)
-  if not ok then
-    if type(a) == "string" and a:find("indexer conflict", 1, true) then return nil, a end
-    error(a, 2)
-  end
-  return a, b
+  -- A name that exists already is nil, msg, "EEXIST"; a malformed table raises in the store,
+  -- re-raised here at the caller's line.
+  return argcheck.call(self._store.add_indexers, self._store, indexers)
 end
 
 --- informer:store() -> the informer's cache (read-only: get, get_by_key, list, list_keys,
@@ -347,12 +370,12 @@ end
 
 --- informer:start() -> true | nil, err. Starts listing and watching (on the client's I/O thread).
 function Informer:start()
-  if self._stopped then return nil, "informer " .. self._name .. " has stopped" end
+  if self._stopped then return nil, "informer " .. self._name .. " has stopped", "ECLOSED" end
   if self._started then return true end
-  local ok, err = self._reflector:start()
-  if not ok then return nil, err end
+  local ok, err, code = self._reflector:start()
+  if not ok then return nil, err, code end
   self._started = true
-  if self._resync_check > 0 then self._next_check = now() + self._resync_check end
+  if self._resync_check > 0 then self._next_check = clock.now() + self._resync_check end
   return true
 end
 
@@ -408,18 +431,22 @@ end
 -- err says why it is not synced (e.g. "... 403 Forbidden: pods is forbidden ...").
 function Informer:wait_for_sync(timeout)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
-    error("bad argument #1 to 'wait_for_sync' (number of seconds >= 0 expected)", 2)
+    raise(1, "wait_for_sync", "number of seconds >= 0 expected")
   end
-  if not self._started then return nil, "informer " .. self._name .. " is not started" end
-  local t0 = now()
+  if not self._started then
+    return nil, "informer " .. self._name .. " is not started", "EINVAL"
+  end
+  local t0 = clock.now()
   local deadline = timeout and t0 + timeout or math_huge
   local fds = { self:fd() }
   while true do
     self:dispatch(1000)
-    if self._stopped then return nil, "informer " .. self._name .. " stopped before it synced" end
+    if self._stopped then
+      return nil, "informer " .. self._name .. " stopped before it synced", "ECLOSED"
+    end
     if self:has_synced() and self._pending == 0 then return true end
-    local left = deadline - now()
-    if left <= 0 then return nil, self:_not_synced(timeout) end
+    local left = deadline - clock.now()
+    if left <= 0 then return nil, self:_not_synced(timeout), "ETIMEDOUT" end
     wait(fds, math_min(left, 0.1))
   end
 end
@@ -429,6 +456,8 @@ function Informer:status()
   local st = self._reflector:status()
   local p = self._proc:status()
   local ix = self._store:status()
+  local resyncs = {} -- each handler's effective resync, in the order added
+  for i, reg in ipairs(self._handlers) do resyncs[i] = reg._resync_period end
   return {
     resource = self.resource, namespace = self.namespace,
     started = self._started, stopped = self._stopped, synced = self:has_synced(),
@@ -447,6 +476,7 @@ function Informer:status()
     index_errors = ix.index_errors, last_index_error = ix.last_index_error,
     handlers = #self._handlers, handler_errors = self._handler_errors,
     last_handler_error = self._last_handler_error,
+    resync_check_period = self._resync_check, handler_resyncs = resyncs,
   }
 end
 
@@ -455,7 +485,8 @@ function Informer:_conflict(opts)
   if (opts.strip_managed_fields ~= false) ~= self._strip then
     return "strip_managed_fields differs from the shared informer's"
   end
-  if opts.transform ~= nil and opts.transform ~= self._transform then
+  -- A caller without a transform expects whole objects: absent vs present differs too.
+  if opts.transform ~= self._transform then
     return "transform differs from the shared informer's"
   end
 end
@@ -467,26 +498,26 @@ _M.Registration = Registration
 -- reason: "done", "timeout", "stopped" (every informer stopped), "SIGINT" or "SIGTERM".
 function _M.run(informers, opts)
   if type(informers) ~= "table" then
-    error("bad argument #1 to 'run' (list of informers expected)", 2)
+    raise(1, "run", "list of informers expected")
   end
   if getmetatable(informers) == Informer then informers = { informers } end
   opts = opts or {}
-  if type(opts) ~= "table" then error("bad argument #2 to 'run' (table expected)", 2) end
+  if type(opts) ~= "table" then raise(2, "run", "table expected") end
   local timeout, done = opts.timeout, opts.done
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
-    error("bad argument #2 to 'run' (timeout must be a number of seconds >= 0)", 2)
+    raise(2, "run", "timeout must be a number of seconds >= 0")
   end
   if done ~= nil and type(done) ~= "function" then
-    error("bad argument #2 to 'run' (done must be a function)", 2)
+    raise(2, "run", "done must be a function")
   end
   local fds = {}
   for i, inf in ipairs(informers) do
     if getmetatable(inf) ~= Informer then
-      error("bad argument #1 to 'run' (item " .. i .. " is not an informer)", 2)
+      raise(1, "run", "item " .. i .. " is not an informer")
     end
     fds[i] = inf:fd()
   end
-  local deadline = timeout and now() + timeout or math_huge
+  local deadline = timeout and clock.now() + timeout or math_huge
   local BATCH = 500
   local function loop()
     while true do
@@ -499,7 +530,7 @@ function _M.run(informers, opts)
       end
       if not live then return "stopped" end
       if done and done() then return "done" end
-      local left = deadline - now()
+      local left = deadline - clock.now()
       if left <= 0 then return "timeout" end
       local r, sig = wait(fds, busy and 0 or math_min(left, 0.1))
       if r == "signal" then return sig end

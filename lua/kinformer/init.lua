@@ -1,10 +1,12 @@
 --- kinformer: Kubernetes informers (client-go tools/cache) for Lua.
 -- This module is the public API; the C core lives in kinformer.core. See docs/api.md.
 local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
 
 local io_stderr = io.stderr
 local os_date = os.date
-local type, error, tostring, pairs, ipairs = type, error, tostring, pairs, ipairs
+local type, tostring, pairs, ipairs, setmetatable = type, tostring, pairs, ipairs, setmetatable
+local raise = argcheck.raise
 
 local _M = {
   _VERSION = core._VERSION,
@@ -33,6 +35,7 @@ _M.is_tombstone = core.is_tombstone
 
 local resources = require "kinformer.resources"
 local config = require "kinformer.config"
+local shorten = require("kinformer.config.util").shorten
 
 local Client = {}
 Client.__index = Client
@@ -47,25 +50,21 @@ Client.__index = Client
 -- Fields: client.server, client.namespace (the context's, or "default"), client.context,
 -- client.source ("options", "kubeconfig PATHS", "in-cluster").
 function _M.client(opts)
-  local o, err = config._load(opts, 3) -- not a tail call: level 3 is our caller
+  local o, err = config.load(opts)
   if not o then return nil, err end
   local namespace, source, context = o.namespace, o.source, o.context
   o.namespace, o.source, o.context = nil, nil, nil
-  local ok, c
-  if source == "options" then
-    c, err = core.client(o)
-  else
-    -- Values from a file are data, not arguments: whatever the core refuses is an error value.
-    ok, c, err = pcall(core.client, o)
-    if not ok then
-      err = tostring(c):match("^bad argument #1 to 'client' %((.*)%)$") or tostring(c)
-      c = nil
+  -- The core returns bad values as nil, err, "EINVAL" instead of raising: explicit options
+  -- are the caller's arguments (raised at the caller's line), values from a file are data.
+  local c, code
+  c, err, code = core.client(o, true)
+  if not c then
+    if code == "EINVAL" and source == "options" then raise(1, "client", err) end
+    if type(err) == "string" and source ~= "options" then
+      err = source .. (context and (", context " .. shorten(context)) or "") .. ": " .. err
     end
-    if not c and type(err) == "string" then
-      err = source .. (context and (", context " .. config._shorten(context)) or "") .. ": " .. err
-    end
+    return nil, err, code
   end
-  if not c then return nil, err end
   return setmetatable({ _core = c, server = c:server(), namespace = namespace,
                         context = context, source = source }, Client)
 end
@@ -76,17 +75,15 @@ end
 -- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
 -- status(), last_sync_resource_version(). See docs/reflector.md.
 function Client:reflector(opts)
-  if type(opts) ~= "table" then
-    error("bad argument #1 to 'reflector' (table expected, got " .. type(opts) .. ")", 2)
-  end
+  if type(opts) ~= "table" then raise(1, "reflector", "table expected, got " .. type(opts)) end
   local res, err = resources.resolve(opts)
-  if not res then error("bad argument #1 to 'reflector' (" .. err .. ")", 2) end
+  if not res then raise(1, "reflector", err) end
   local o = {}
   for k, v in pairs(opts) do
     if k ~= "resource" and k ~= "namespace" and k ~= "api_version" then o[k] = v end
   end
   o.path = res.path
-  return self._core:reflector(o)
+  return argcheck.call(self._core.reflector, self._core, o)
 end
 
 -- client:get / list / create / update / update_status / patch / delete: blocking requests for
@@ -107,27 +104,10 @@ local informer = require "kinformer.informer"
 --                   strip_managed_fields = true, transform = fn } -> informer | nil, err
 -- A shared index informer (docs/informer.md). Asking again for the same resource, namespace and
 -- selectors returns the same informer (one watch), as controller-runtime's cache does.
+-- Unknown options and wrong types raise on every call, shared or not; so does a call whose
+-- strip_managed_fields or transform (present or absent) differs from the shared informer's.
 function Client:informer(opts)
-  if type(opts) ~= "table" then
-    error("bad argument #1 to 'informer' (table expected, got " .. type(opts) .. ")", 2)
-  end
-  local key, res = informer.share_key(opts)
-  local shared = self._informers
-  if not shared then
-    shared = {}
-    self._informers = shared
-  end
-  local inf = shared[key]
-  if inf and not inf:is_stopped() then
-    local conflict = inf:_conflict(opts)
-    if conflict then error("bad argument #1 to 'informer' (" .. conflict .. ")", 2) end
-    return inf
-  end
-  local err
-  inf, err = informer.new(self._core, opts, res)
-  if not inf then return nil, err end
-  shared[key] = inf
-  return inf
+  return informer.for_client(self, opts)
 end
 
 --- kinformer.run({ informer, ... }, { timeout = seconds, done = fn }) -> reason
@@ -151,7 +131,7 @@ _M.leader_election = require("kinformer.leaderelection").new
 -- for its own duration. A signal ignored at startup stays ignored.
 function _M.catch_signals(on)
   if type(on) ~= "boolean" then
-    error("bad argument #1 to 'catch_signals' (boolean expected, got " .. type(on) .. ")", 2)
+    raise(1, "catch_signals", "boolean expected, got " .. type(on))
   end
   return core.catch_signals(on)
 end
@@ -180,11 +160,11 @@ end
 -- to stderr. Messages never contain credentials.
 function _M.set_logger(fn, level)
   if fn ~= nil and type(fn) ~= "function" then
-    error("bad argument #1 to 'set_logger' (function or nil expected, got " .. type(fn) .. ")", 2)
+    raise(1, "set_logger", "function or nil expected, got " .. type(fn))
   end
   if level ~= nil then
     if not LEVELS[level] then
-      error("bad argument #2 to 'set_logger' (unknown level '" .. tostring(level) .. "')", 2)
+      raise(2, "set_logger", "unknown level '" .. tostring(level) .. "'")
     end
     threshold = LEVELS[level]
   end

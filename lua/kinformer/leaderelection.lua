@@ -21,8 +21,9 @@
 -- - Each attempt is a blocking request (docs/rest.md) with a timeout of retry_period (at least
 --   1 s): not for an nginx request handler.
 local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
 
-local type, tostring, pairs, error, pcall = type, tostring, pairs, error, pcall
+local type, tostring, pairs, pcall = type, tostring, pairs, pcall
 local math_random, math_max, math_min = math.random, math.max, math.min
 local os_date = os.date
 
@@ -31,8 +32,9 @@ Elector.__index = Elector
 
 local _M = {}
 
-local function argerror(msg)
-  error("bad argument #1 to 'leader_election' (" .. msg .. ")", 3)
+-- Every argument error of leader_election is about its one options table.
+local function bad_option(msg)
+  argcheck.raise(1, "leader_election", msg)
 end
 
 local function log(level, msg) core.log(level, "leader election: " .. msg) end
@@ -61,25 +63,23 @@ local KNOWN = {
 --    renew_deadline = 10, retry_period = 2, on_started_leading = fn(), on_stopped_leading = fn(),
 --    on_new_leader = fn(identity), release_on_cancel = true } -> elector
 function _M.new(opts)
-  if type(opts) ~= "table" then argerror("table expected, got " .. type(opts)) end
-  for k in pairs(opts) do
-    if not KNOWN[k] then argerror("unknown option '" .. tostring(k) .. "'") end
-  end
+  if type(opts) ~= "table" then bad_option("table expected, got " .. type(opts)) end
+  argcheck.options(opts, KNOWN, "leader_election")
   local client = opts.client
   if type(client) ~= "table" or type(client.get) ~= "function" then
-    argerror("client (from kinformer.client) required")
+    bad_option("client (from kinformer.client) required")
   end
   if type(opts.lease_name) ~= "string" or opts.lease_name == "" then
-    argerror("lease_name required")
+    bad_option("lease_name required")
   end
   local ns = opts.namespace or client.namespace or "default"
-  if type(ns) ~= "string" or ns == "" then argerror("namespace must be a string") end
+  if type(ns) ~= "string" or ns == "" then bad_option("namespace must be a string") end
   local identity = opts.identity or default_identity()
-  if type(identity) ~= "string" or identity == "" then argerror("identity must be a non-empty string") end
+  if type(identity) ~= "string" or identity == "" then bad_option("identity must be a non-empty string") end
   local function num(name, default)
     local v = opts[name]
     if v == nil then return default end
-    if type(v) ~= "number" or not (v > 0) then argerror(name .. " must be a number > 0") end
+    if type(v) ~= "number" or not (v > 0) then bad_option(name .. " must be a number > 0") end
     return v
   end
   local lease_duration = num("lease_duration", 15)
@@ -87,10 +87,10 @@ function _M.new(opts)
   local retry_period = num("retry_period", 2)
   -- client-go's checks: the leader must give up before the lease can expire for others, and
   -- retry more than once within the deadline.
-  if lease_duration <= renew_deadline then argerror("lease_duration must be greater than renew_deadline") end
-  if renew_deadline <= 1.2 * retry_period then argerror("renew_deadline must be greater than 1.2 * retry_period") end
+  if lease_duration <= renew_deadline then bad_option("lease_duration must be greater than renew_deadline") end
+  if renew_deadline <= 1.2 * retry_period then bad_option("renew_deadline must be greater than 1.2 * retry_period") end
   for _, name in pairs{ "on_started_leading", "on_stopped_leading", "on_new_leader", "clock", "wall_clock" } do
-    if opts[name] ~= nil and type(opts[name]) ~= "function" then argerror(name .. " must be a function") end
+    if opts[name] ~= nil and type(opts[name]) ~= "function" then bad_option(name .. " must be a function") end
   end
   local release = opts.release_on_cancel
   if release == nil then release = true end

@@ -23,8 +23,10 @@ local cjson = require "cjson.safe"
 
 local resources = require "kinformer.resources"
 local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
+local raise = argcheck.raise
 
-local type, tostring, pairs, ipairs, error = type, tostring, pairs, ipairs, error
+local type, tostring, ipairs = type, tostring, ipairs
 local setmetatable, getmetatable = setmetatable, getmetatable
 local concat = table.concat
 local encode = core.encode
@@ -73,10 +75,6 @@ local function status_error(code, body, retry_after, method, path)
                     method = method, path = path }
 end
 
-local function argerror(fname, n, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, msg), 4)
-end
-
 local KNOWN_OPTS = {
   namespace = true, api_version = true, timeout = true, max_response_bytes = true,
   dry_run = true, field_manager = true, force = true, type = true,
@@ -87,11 +85,8 @@ local KNOWN_OPTS = {
 
 local function check_opts(fname, n, opts)
   if opts == nil then return {} end
-  if type(opts) ~= "table" then argerror(fname, n, "options table expected, got " .. type(opts)) end
-  for k in pairs(opts) do
-    if not KNOWN_OPTS[k] then argerror(fname, n, "unknown option '" .. tostring(k) .. "'") end
-  end
-  return opts
+  if type(opts) ~= "table" then raise(n, fname, "options table expected, got " .. type(opts)) end
+  return argcheck.options(opts, KNOWN_OPTS, fname, n)
 end
 
 local function escape(s)
@@ -111,18 +106,18 @@ end
 local function resolve(fname, resource, namespace, api_version)
   local res, err = resources.resolve{ resource = resource, namespace = namespace,
                                       api_version = api_version }
-  if not res then argerror(fname, 1, err) end
+  if not res then raise(1, fname, err) end
   return res
 end
 
 -- A name or "namespace/name" key -> namespace (or nil), name.
 local function split_name(fname, n, name)
   if type(name) ~= "string" or name == "" then
-    argerror(fname, n, "name or \"namespace/name\" key expected, got " .. type(name))
+    raise(n, fname, "name or \"namespace/name\" key expected, got " .. type(name))
   end
   local ns, nm = name:match("^([^/]*)/([^/]+)$")
   if ns then return ns ~= "" and ns or nil, nm end
-  if name:find("/", 1, true) then argerror(fname, n, "malformed key " .. name) end
+  if name:find("/", 1, true) then raise(n, fname, "malformed key " .. name) end
   return nil, name
 end
 
@@ -132,7 +127,7 @@ local function object_path(self, fname, resource, ns, name, opts, sub)
   if probe.namespaced then
     ns = ns or opts.namespace or self.namespace or "default"
   elseif ns and ns ~= "" then
-    argerror(fname, 2, probe.resource .. " is cluster-scoped: no namespace")
+    raise(2, fname, probe.resource .. " is cluster-scoped: no namespace")
   else
     ns = nil
   end
@@ -174,15 +169,15 @@ local function write_params(opts, params)
 end
 
 local function check_object(fname, n, obj)
-  if type(obj) ~= "table" then argerror(fname, n, "object table expected, got " .. type(obj)) end
+  if type(obj) ~= "table" then raise(n, fname, "object table expected, got " .. type(obj)) end
   local md = obj.metadata
-  if type(md) ~= "table" then argerror(fname, n, "object has no metadata") end
+  if type(md) ~= "table" then raise(n, fname, "object has no metadata") end
   return md
 end
 
 local function body_of(fname, obj)
   local json, err = encode(obj)
-  if not json then argerror(fname, 2, "cannot encode the object: " .. tostring(err)) end
+  if not json then raise(2, fname, "cannot encode the object: " .. tostring(err)) end
   return json
 end
 
@@ -209,7 +204,7 @@ function _M.list(self, resource, opts)
   add_param(base, "resourceVersion", opts.resource_version)
   if opts.limit ~= nil then
     if type(opts.limit) ~= "number" or opts.limit < 1 then
-      argerror("list", 2, "limit must be a number >= 1")
+      raise(2, "list", "limit must be a number >= 1")
     end
     local params = {}
     for i = 1, #base do params[i] = base[i] end
@@ -252,7 +247,7 @@ end
 local function put(self, fname, resource, obj, opts, sub)
   opts = check_opts(fname, 3, opts)
   local md = check_object(fname, 2, obj)
-  if type(md.name) ~= "string" or md.name == "" then argerror(fname, 2, "object has no metadata.name") end
+  if type(md.name) ~= "string" or md.name == "" then raise(2, fname, "object has no metadata.name") end
   local path = object_path(self, fname, resource, opts.namespace or ns_of(md), md.name, opts, sub)
   return call(self, "PUT", path .. query(write_params(opts)), body_of(fname, obj),
               "application/json", opts)
@@ -278,9 +273,9 @@ function _M.patch(self, resource, name, patch, opts)
   local ns, nm = split_name("patch", 2, name)
   local ptype = opts.type or "merge"
   local ctype = PATCH_TYPES[ptype]
-  if not ctype then argerror("patch", 4, "type must be merge, json, strategic or apply") end
+  if not ctype then raise(4, "patch", "type must be merge, json, strategic or apply") end
   if ptype == "apply" and (type(opts.field_manager) ~= "string" or opts.field_manager == "") then
-    argerror("patch", 4, "server-side apply needs field_manager")
+    raise(4, "patch", "server-side apply needs field_manager")
   end
   local body
   if type(patch) == "string" then
@@ -288,7 +283,7 @@ function _M.patch(self, resource, name, patch, opts)
   elseif type(patch) == "table" then
     body = body_of("patch", patch)
   else
-    argerror("patch", 3, "patch table or JSON string expected, got " .. type(patch))
+    raise(3, "patch", "patch table or JSON string expected, got " .. type(patch))
   end
   local params = write_params(opts)
   if ptype == "apply" and opts.force then params[#params + 1] = "force=true" end

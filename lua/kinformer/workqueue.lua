@@ -4,9 +4,9 @@
 -- - Items are strings (object keys). An item is queued at most once: it is "dirty" from add until
 --   a worker gets it. An item added while a worker processes it is not handed to a second worker;
 --   it is queued again when that worker calls done(item). add of a queued item is a no-op.
--- - add_after(item, s) holds the item in a min-heap of ready times; a second add_after of a
---   waiting item only ever moves it earlier. add_rate_limited(item) is add_after(item,
---   limiter:when(item)); forget / num_requeues ask the rate limiter.
+-- - add_after(item, s) holds the item in a min-heap of ready times (kinformer.workqueue.heap);
+--   a second add_after of a waiting item only ever moves it earlier. add_rate_limited(item) is
+--   add_after(item, limiter:when(item)); forget / num_requeues ask the rate limiter.
 -- - shut_down(): adds are ignored and waiting (delayed) items dropped; get still hands out what is
 --   queued and returns nil, "shutdown" once the queue is empty. shut_down_with_drain() also waits
 --   until every item handed out is done.
@@ -16,370 +16,46 @@
 -- one client-go's timer goroutine would produce. get() blocks only while it waits for the next
 -- delayed item, the timeout, or the informers it dispatches (their handlers may add items); it
 -- waits with core.wait on the informers' fds, or with the `wait` option (e.g. a coroutine yield).
+--
+-- The rate limiters live in kinformer.workqueue.ratelimiter; this module re-exports their
+-- constructors under client-go's names.
 local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
+local map = require "kinformer.workqueue.map"
+local heap = require "kinformer.workqueue.heap"
+local ratelimiter = require "kinformer.workqueue.ratelimiter"
 
-local type, error, tostring, pairs, ipairs, setmetatable = type, error, tostring, pairs, ipairs,
-  setmetatable
+local type, pairs, ipairs, setmetatable = type, pairs, ipairs, setmetatable
 local math_huge, math_floor, string_format = math.huge, math.floor, string.format
 
 local core_now, core_wait, core_take_signal = core.now, core.wait, core.take_signal
+local raise, fail = argcheck.raise, argcheck.fail
+local map_new, map_put, map_del = map.new, map.put, map.del
+local heap_up, heap_pop = heap.up, heap.pop
+local is_limiter = ratelimiter.is_limiter
 
 local MAX_WAIT = 0.1   -- longest single wait: bounds how late an add from elsewhere is seen
 local BATCH = 100      -- informer:dispatch batch per look at the queue
 
 local _M = { _VERSION = core._VERSION }
 
--- ---- argument checks (misuse raises at the caller's level) ----
-
-local function argerror(n, fname, msg, level)
-  error(string_format("bad argument #%d to '%s' (%s)", n, fname, msg), level + 1)
-end
+--- workqueue.exponential_rate_limiter, fast_slow_rate_limiter, bucket_rate_limiter,
+-- max_of_rate_limiter, with_max_wait_rate_limiter, default_rate_limiter (docs/workqueue.md).
+_M.exponential_rate_limiter = ratelimiter.exponential
+_M.fast_slow_rate_limiter = ratelimiter.fast_slow
+_M.bucket_rate_limiter = ratelimiter.bucket
+_M.max_of_rate_limiter = ratelimiter.max_of
+_M.with_max_wait_rate_limiter = ratelimiter.with_max_wait
+_M.default_rate_limiter = ratelimiter.default
 
 local function check_item(item, fname)
-  if type(item) ~= "string" then
-    argerror(1, fname, "string expected, got " .. type(item), 3)
-  end
+  if type(item) ~= "string" then raise(1, fname, "string expected, got " .. type(item)) end
 end
 
-local function check_any_item(item, fname)
-  if item == nil then argerror(1, fname, "item expected, got nil", 3) end
-end
-
-local function check_timeout(t, fname, n)
+local function check_timeout(t, fname)
   if t ~= nil and (type(t) ~= "number" or not (t >= 0)) then
-    argerror(n or 1, fname, "timeout must be nil or a number of seconds >= 0", 3)
+    raise(1, fname, "timeout must be nil or a number of seconds >= 0")
   end
-end
-
--- Checks an options table against the names it may hold; returns it ({} for nil).
-local function check_opts(opts, fname, known, level)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then
-    argerror(1, fname, "table expected, got " .. type(opts), level + 1)
-  end
-  for k in pairs(opts) do
-    if not known[k] then
-      argerror(1, fname, "unknown option '" .. tostring(k) .. "'", level + 1)
-    end
-  end
-  return opts
-end
-
--- A number option >= min (or > min when strict); default when absent.
-local function opt_number(opts, name, default, min, strict, fname, level, integer)
-  local v = opts[name]
-  if v == nil then
-    if default == nil then argerror(1, fname, "option '" .. name .. "' is required", level + 1) end
-    return default
-  end
-  local ok = type(v) == "number" and v == v and (strict and v > min or not strict and v >= min)
-  if ok and integer then ok = v == math_floor(v) end
-  if not ok then
-    argerror(1, fname, string_format("option '%s' must be %s %s %g", name,
-      integer and "an integer" or "a number", strict and ">" or ">=", min), level + 1)
-  end
-  return v
-end
-
-local function opt_function(opts, name, fname, level)
-  local v = opts[name]
-  if v ~= nil and type(v) ~= "function" then
-    argerror(1, fname, "option '" .. name .. "' must be a function", level + 1)
-  end
-  return v
-end
-
-local function is_limiter(l)
-  local t = type(l)
-  if t ~= "table" and t ~= "userdata" then return false end
-  return type(l.when) == "function" and type(l.num_requeues) == "function"
-    and type(l.forget) == "function"
-end
-
--- ---- maps under churn ----
--- Lua rehashes a table when a new key finds no free slot, and sizes it from the keys still
--- present: a table holding about 2^k keys while keys come and go would be rebuilt (O(n)) every
--- few inserts (measured: 0.9 ms per add+get+done with 65530 items queued). So a deleted key
--- stays as `false` (adding it again needs no new slot), and the table is rebuilt without them
--- once they outnumber the live keys: O(1) amortized, at most about twice the live keys' memory.
--- m.t[k] reads (a false value means absent); map_put's value must not be false or nil.
-
-local MAP_MIN_DEAD = 64
-
-local function map_new()
-  return { t = {}, live = 0, dead = 0 }
-end
-
-local function map_put(m, k, v)
-  local t = m.t
-  local old = t[k]
-  if not old then
-    m.live = m.live + 1
-    if old == false then m.dead = m.dead - 1 end
-  end
-  t[k] = v
-end
-
-local function map_del(m, k)
-  local t = m.t
-  if not t[k] then return end
-  t[k] = false
-  local live, dead = m.live - 1, m.dead + 1
-  if dead > MAP_MIN_DEAD and dead > live then
-    local fresh = {}
-    for key, v in pairs(t) do
-      if v then fresh[key] = v end
-    end
-    m.t = fresh
-    dead = 0
-  end
-  m.live, m.dead = live, dead
-end
-
--- ---- rate limiters (client-go default_rate_limiters.go) ----
--- A rate limiter is any object with when(item) -> seconds, num_requeues(item) -> n and
--- forget(item). They are plain Lua state owned by whoever holds them; share one between queues
--- only on purpose (client-go does the same).
-
-local Exponential = {}
-Exponential.__index = Exponential
-
---- workqueue.exponential_rate_limiter{ base_delay = 0.005, max_delay = 1000 }
--- Per item: base_delay * 2^failures, capped at max_delay (ItemExponentialFailureRateLimiter).
-function _M.exponential_rate_limiter(opts)
-  local F = "exponential_rate_limiter"
-  opts = check_opts(opts, F, { base_delay = true, max_delay = true }, 2)
-  return setmetatable({
-    base = opt_number(opts, "base_delay", 0.005, 0, false, F, 2),
-    max = opt_number(opts, "max_delay", 1000, 0, false, F, 2),
-    failures = map_new(),
-  }, Exponential)
-end
-
-function Exponential:when(item)
-  check_any_item(item, "when")
-  local failures = self.failures
-  local n = failures.t[item] or 0
-  map_put(failures, item, n + 1)
-  if self.base == 0 then return 0 end
-  local d = self.base * 2 ^ n -- inf once 2^n overflows: capped below, as client-go's overflow check
-  if d > self.max then return self.max end
-  return d
-end
-
-function Exponential:num_requeues(item)
-  check_any_item(item, "num_requeues")
-  return self.failures.t[item] or 0
-end
-
-function Exponential:forget(item)
-  check_any_item(item, "forget")
-  map_del(self.failures, item)
-end
-
-local FastSlow = {}
-FastSlow.__index = FastSlow
-
---- workqueue.fast_slow_rate_limiter{ fast_delay = s, slow_delay = s, max_fast_attempts = n }
--- Per item: fast_delay for the first max_fast_attempts failures, slow_delay after
--- (ItemFastSlowRateLimiter).
-function _M.fast_slow_rate_limiter(opts)
-  local F = "fast_slow_rate_limiter"
-  if opts == nil then argerror(1, F, "table expected, got nil", 2) end
-  opts = check_opts(opts, F, { fast_delay = true, slow_delay = true, max_fast_attempts = true }, 2)
-  return setmetatable({
-    fast = opt_number(opts, "fast_delay", nil, 0, false, F, 2),
-    slow = opt_number(opts, "slow_delay", nil, 0, false, F, 2),
-    max_fast = opt_number(opts, "max_fast_attempts", nil, 0, false, F, 2, true),
-    failures = map_new(),
-  }, FastSlow)
-end
-
-function FastSlow:when(item)
-  check_any_item(item, "when")
-  local n = (self.failures.t[item] or 0) + 1
-  map_put(self.failures, item, n)
-  if n <= self.max_fast then return self.fast end
-  return self.slow
-end
-
-FastSlow.num_requeues = Exponential.num_requeues
-FastSlow.forget = Exponential.forget
-
-local Bucket = {}
-Bucket.__index = Bucket
-
---- workqueue.bucket_rate_limiter{ qps = 10, burst = 100, clock = fn }
--- One token bucket for all items (BucketRateLimiter over golang.org/x/time/rate): it starts
--- full; each when() takes a token, and a call that finds none reserves the next one and returns
--- how long until it is there. Never counts requeues.
-function _M.bucket_rate_limiter(opts)
-  local F = "bucket_rate_limiter"
-  opts = check_opts(opts, F, { qps = true, burst = true, clock = true }, 2)
-  local burst = opt_number(opts, "burst", 100, 1, false, F, 2, true)
-  return setmetatable({
-    qps = opt_number(opts, "qps", 10, 0, true, F, 2),
-    burst = burst,
-    tokens = burst,
-    last = -math_huge, -- the first when() refills to burst whatever the clock reads
-    now = opt_function(opts, "clock", F, 2) or core_now,
-  }, Bucket)
-end
-
-function Bucket:when(item)
-  local t = self.now()
-  local last = self.last
-  if t < last then last = t end -- a clock that went back refills nothing (x/time/rate)
-  local tokens = self.tokens + (t - last) * self.qps
-  if tokens > self.burst then tokens = self.burst end
-  tokens = tokens - 1
-  self.tokens, self.last = tokens, t
-  if tokens >= 0 then return 0 end
-  return -tokens / self.qps
-end
-
-function Bucket:num_requeues(item)
-  return 0
-end
-
-function Bucket:forget(item)
-end
-
-local MaxOf = {}
-MaxOf.__index = MaxOf
-
---- workqueue.max_of_rate_limiter{ limiter, ... } -> the worst (longest) answer of them all
--- (MaxOfRateLimiter). when() asks every limiter, so each one counts the failure.
-function _M.max_of_rate_limiter(limiters)
-  local F = "max_of_rate_limiter"
-  if type(limiters) ~= "table" or limiters[1] == nil then
-    argerror(1, F, "list of rate limiters expected", 2)
-  end
-  local list = {}
-  for k, l in pairs(limiters) do
-    if type(k) ~= "number" or k ~= math_floor(k) or k < 1 or k > #limiters then
-      argerror(1, F, "list of rate limiters expected (key '" .. tostring(k) .. "')", 2)
-    end
-    if not is_limiter(l) then
-      argerror(1, F, "item " .. k .. " is not a rate limiter (when, num_requeues, forget)", 2)
-    end
-    list[k] = l
-  end
-  return setmetatable({ limiters = list }, MaxOf)
-end
-
-function MaxOf:when(item)
-  local worst = 0
-  for _, l in ipairs(self.limiters) do
-    local d = l:when(item)
-    if d > worst then worst = d end
-  end
-  return worst
-end
-
-function MaxOf:num_requeues(item)
-  local most = 0
-  for _, l in ipairs(self.limiters) do
-    local n = l:num_requeues(item)
-    if n > most then most = n end
-  end
-  return most
-end
-
-function MaxOf:forget(item)
-  for _, l in ipairs(self.limiters) do l:forget(item) end
-end
-
-local MaxWait = {}
-MaxWait.__index = MaxWait
-
---- workqueue.with_max_wait_rate_limiter{ limiter = l, max_wait = s }
--- l's answer, never longer than max_wait (WithMaxWaitRateLimiter).
-function _M.with_max_wait_rate_limiter(opts)
-  local F = "with_max_wait_rate_limiter"
-  if opts == nil then argerror(1, F, "table expected, got nil", 2) end
-  opts = check_opts(opts, F, { limiter = true, max_wait = true }, 2)
-  if not is_limiter(opts.limiter) then
-    argerror(1, F, "option 'limiter' must be a rate limiter (when, num_requeues, forget)", 2)
-  end
-  return setmetatable({ limiter = opts.limiter,
-    max_wait = opt_number(opts, "max_wait", nil, 0, false, F, 2) }, MaxWait)
-end
-
-function MaxWait:when(item)
-  local d = self.limiter:when(item)
-  if d > self.max_wait then return self.max_wait end
-  return d
-end
-
-function MaxWait:num_requeues(item)
-  return self.limiter:num_requeues(item)
-end
-
-function MaxWait:forget(item)
-  self.limiter:forget(item)
-end
-
---- workqueue.default_rate_limiter{ clock = fn } -> client-go's DefaultControllerRateLimiter:
--- the max of a per-item exponential backoff (5 ms * 2^failures, at most 1000 s) and an overall
--- token bucket (10 qps, burst 100).
-function _M.default_rate_limiter(opts)
-  opts = check_opts(opts, "default_rate_limiter", { clock = true }, 2)
-  local clock = opt_function(opts, "clock", "default_rate_limiter", 2)
-  return _M.max_of_rate_limiter{
-    _M.exponential_rate_limiter{ base_delay = 0.005, max_delay = 1000 },
-    _M.bucket_rate_limiter{ qps = 10, burst = 100, clock = clock },
-  }
-end
-
--- ---- the delayed items: a binary min-heap on (ready time, insertion order) ----
--- Entries are { item, at, seq, pos }; pos is the entry's index in the heap (heap.Fix needs it).
-
-local function heap_less(a, b)
-  return a.at < b.at or (a.at == b.at and a.seq < b.seq)
-end
-
-local function heap_up(h, i)
-  local e = h[i]
-  while i > 1 do
-    local p = math_floor(i / 2)
-    local pe = h[p]
-    if not heap_less(e, pe) then break end
-    h[i] = pe
-    pe.pos = i
-    i = p
-  end
-  h[i] = e
-  e.pos = i
-end
-
-local function heap_down(h, i)
-  local n = #h
-  local e = h[i]
-  while true do
-    local c = 2 * i
-    if c > n then break end
-    if c < n and heap_less(h[c + 1], h[c]) then c = c + 1 end
-    local ce = h[c]
-    if not heap_less(ce, e) then break end
-    h[i] = ce
-    ce.pos = i
-    i = c
-  end
-  h[i] = e
-  e.pos = i
-end
-
-local function heap_pop(h)
-  local top = h[1]
-  local n = #h
-  local last = h[n]
-  h[n] = nil
-  if n > 1 then
-    h[1] = last
-    heap_down(h, 1)
-  end
-  return top
 end
 
 -- ---- the queue ----
@@ -407,33 +83,31 @@ _M.Queue = Queue
 -- lets other coroutines add and call done while get() waits.
 function _M.new(opts)
   local F = "workqueue"
-  opts = check_opts(opts, F, { name = true, rate_limiter = true, informers = true, clock = true,
-    wait = true }, 2)
-  if opts.name ~= nil and type(opts.name) ~= "string" then
-    argerror(1, F, "option 'name' must be a string", 2)
-  end
-  local clock = opt_function(opts, "clock", F, 2)
-  local wait = opt_function(opts, "wait", F, 2)
+  opts = argcheck.options(opts, { name = true, rate_limiter = true, informers = true,
+    clock = true, wait = true }, F)
+  argcheck.string(opts, "name", F)
+  local clock = argcheck.func(opts, "clock", F)
+  local wait = argcheck.func(opts, "wait", F)
   local limiter = opts.rate_limiter
   if limiter == nil then
     limiter = _M.default_rate_limiter{ clock = clock }
   elseif not is_limiter(limiter) then
-    argerror(1, F, "option 'rate_limiter' must be a rate limiter (when, num_requeues, forget)", 2)
+    raise(1, F, "option 'rate_limiter' must be a rate limiter (when, num_requeues, forget)")
   end
   local informers = opts.informers
   if informers ~= nil then
     if type(informers) ~= "table" then
-      argerror(1, F, "option 'informers' must be a list of informers", 2)
+      raise(1, F, "option 'informers' must be a list of informers")
     end
     local list = {}
     for i, inf in ipairs(informers) do
       if type(inf) ~= "table" or type(inf.dispatch) ~= "function" or type(inf.fd) ~= "function" then
-        argerror(1, F, "option 'informers': item " .. i .. " is not an informer", 2)
+        raise(1, F, "option 'informers': item " .. i .. " is not an informer")
       end
       list[i] = inf
     end
     for k in pairs(informers) do
-      if list[k] == nil then argerror(1, F, "option 'informers' must be a list of informers", 2) end
+      if list[k] == nil then raise(1, F, "option 'informers' must be a list of informers") end
     end
     informers = list[1] and list or nil
   end
@@ -566,7 +240,7 @@ end
 function Queue:add_after(item, seconds)
   check_item(item, "add_after")
   if type(seconds) ~= "number" or seconds ~= seconds then
-    argerror(2, "add_after", "number of seconds expected, got " .. type(seconds), 2)
+    raise(2, "add_after", "number of seconds expected, got " .. type(seconds))
   end
   if self._shutting_down then return end
   self._retries = self._retries + 1
@@ -656,8 +330,8 @@ function Queue:get(timeout)
     if not deadline then
       deadline = timeout and t + timeout or math_huge
       if timeout == nil and not informers and not self._custom_wait and not self._heap[1] then
-        error("get would wait forever: the queue is empty, nothing is delayed and nothing can "
-          .. "add while it waits (give a timeout, informers or a wait function)", 2)
+        fail("get would wait forever: the queue is empty, nothing is delayed and nothing can "
+          .. "add while it waits (give a timeout, informers or a wait function)")
       end
     end
     if t >= deadline then return nil, "timeout" end
@@ -702,9 +376,9 @@ function Queue:shut_down_with_drain(timeout)
   stop(self, true)
   if self._processing.live == 0 then return true end
   if timeout == nil and not self._informers and not self._custom_wait then
-    error(string_format("shut_down_with_drain would wait forever: %d item(s) in flight and "
+    fail(string_format("shut_down_with_drain would wait forever: %d item(s) in flight and "
       .. "nothing can call done while it waits (give a timeout, informers or a wait function)",
-      self._processing.live), 2)
+      self._processing.live))
   end
   local deadline = timeout and self._now() + timeout or math_huge
   while true do

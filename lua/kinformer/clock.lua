@@ -1,0 +1,8 @@
+--- kinformer.clock (internal): the clock the informers' resync timing reads.
+--
+-- Contract: clock.now() -> seconds on the monotonic clock (kinformer.core.now). The informer
+-- module reads the field on every use, never caches it, so a spec can set clock.now to a fake
+-- clock (client-go's fake clock) and restore core.now after. Nothing else writes it.
+local core = require "kinformer.core"
+
+return { now = core.now }
