@@ -285,7 +285,7 @@ static int c_server(lua_State *L)
 }
 
 /* client:request(method, path_query [, body, content_type [, timeout [, max_response_bytes]]])
- * -> status, body, retry_after | nil, err, kind ("io", "toobig", "nomem").
+ * -> status, body, retry_after | nil, err, code ("EIO", "ETOOBIG", "ENOMEM": kinf_errname).
  * Blocks this thread until the answer (request.h). */
 static int c_request(lua_State *L)
 {
@@ -317,10 +317,7 @@ static int c_request(lua_State *L)
     if (err == KINF_EINVAL)
         return luaL_error(L, "kinformer: %s", msg);
     if (err != KINF_OK) {
-        lua_pushnil(L);
-        lua_pushstring(L, msg);
-        lua_pushstring(L, err == KINF_ETOOBIG ? "toobig" : err == KINF_ENOMEM ? "nomem" : "io");
-        return 3;
+        return kl_fail(L, err, msg);
     }
     lua_pushinteger(L, (lua_Integer)resp.status);
     lua_pushlstring(L, resp.body, resp.len);

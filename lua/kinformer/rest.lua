@@ -152,9 +152,9 @@ local function call(self, method, path, body, ctype, opts)
   local status, resp, retry_after = core_client:request(method, path, body, ctype, opts.timeout,
                                                         opts.max_response_bytes)
   if status == nil then
-    local kind = retry_after
+    local code = retry_after
     return nil, new_error{ code = 0, method = method, path = path,
-                           reason = kind == "toobig" and "ResponseTooLarge" or "Transport",
+                           reason = code == "ETOOBIG" and "ResponseTooLarge" or "Transport",
                            message = ("%s %s: %s"):format(method, path, resp) }
   end
   if status >= 200 and status < 300 then return decode_ok(resp, method, path) end
