@@ -479,8 +479,134 @@ static void nul_in_uid_or_rv_is_refused(void)
     }
 }
 
+/* Reflectors created together drew the same random numbers (their RNG was seeded from the
+ * clock and their address): 8 informers on one client asked for the same timeoutSeconds and
+ * retried within milliseconds of each other after an outage. Each now seeds from the OS. */
+static void reflectors_made_together_draw_apart(void)
+{
+    fx f[8];
+    long timeouts[8];
+    double waits[8];
+    int same_timeout = 1, same_wait = 1;
+    for (int i = 0; i < 8; i++)
+        f[i] = fx_new(0);
+    for (int i = 0; i < 8; i++) {
+        const char *q;
+        double t0;
+        expect_request(&f[i], SC_LIST);
+        respond_str(&f[i], LIST("10", ""), 0);
+        q = strstr(expect_request(&f[i], SC_WATCH), "timeoutSeconds=");
+        CHECK(q != NULL);
+        timeouts[i] = q ? atol(q + strlen("timeoutSeconds=")) : 0;
+        CHECK(timeouts[i] >= 300 && timeouts[i] < 600);
+        /* the watch fails: the retry waits for the backoff (0.8 s plus a jitter of up to 100%) */
+        sc_response(f[i].sc, 500, 0);
+        sc_end(f[i].sc, KINF_XFER_OK, "", 1.0);
+        t0 = f[i].sc->clock;
+        expect_request(&f[i], SC_LIST);
+        waits[i] = f[i].sc->clock - t0;
+        CHECK(waits[i] >= 0.8 && waits[i] < 1.6);
+    }
+    for (int i = 1; i < 8; i++) {
+        same_timeout &= timeouts[i] == timeouts[0];
+        same_wait &= waits[i] > waits[0] - 0.02 && waits[i] < waits[0] + 0.02;
+    }
+    CHECK(!same_timeout);
+    CHECK(!same_wait);
+    for (int i = 0; i < 8; i++)
+        fx_free(&f[i]);
+}
+
+/* A watch stream that ends cleanly in the middle of an event (a truncated last line) is
+ * re-watched from the last applied event's rv, as client-go does; it used to leave no trace
+ * but watch_restarts. Now it is an error (last_error, errors), and nothing of the cut line is
+ * applied. Fed whole and byte by byte. */
+static void watch_cut_at_a_clean_end_is_reported(void)
+{
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        fx f = fx_new(0);
+        kinf_reflector_status st;
+        kinf_delta_type t;
+        const char *q;
+        expect_request(&f, SC_LIST);
+        respond_str(&f, LIST("10", ""), bytewise);
+        expect_request(&f, SC_WATCH);
+        respond_str(&f, EV("ADDED", POD("c", "11")) "{\"type\":\"ADDED\",\"object\":{\"metadata\"",
+                    bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.events == 1 && st.watch_restarts == 1 && st.relists == 0);
+        CHECK(strstr(st.last_error, "watch " PATH ": stream ended inside an event") ==
+              st.last_error);
+        CHECK_STR(st.resource_version, "11");
+        CHECK_STR(newest(&f, "t/c", &t), "11");
+        q = expect_request(&f, SC_WATCH); /* no relist: from the last good rv */
+        CHECK(strstr(q, "&resourceVersion=11&") != NULL);
+        /* a stream that ends between lines is no error */
+        respond_str(&f, EV("ADDED", POD("d", "12")), bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.events == 2);
+        fx_free(&f);
+    }
+}
+
+static int next_line(fx *f, const char **level, char *buf, size_t len)
+{
+    *level = "";
+    buf[0] = '\0';
+    return kinf_reflector_log_next(f->r, level, buf, len);
+}
+
+/* Failures were only in status(): nothing was logged. The reflector now queues a warn line for
+ * a failure of a new kind (not for the same one again within a minute) and one info line when
+ * a list completes after a logged failure. */
+static void failures_queue_log_lines(void)
+{
+    fx f = fx_new(0);
+    const char *level;
+    char line[KINF_REFLECTOR_LOG_MAX];
+    const char *forbidden = "{\"kind\":\"Status\",\"code\":403,\"reason\":\"Forbidden\","
+                            "\"message\":\"pods is forbidden: User \\\"x\\\" cannot list\"}";
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    for (int i = 0; i < 3; i++) {
+        expect_request(&f, SC_LIST);
+        sc_response(f.sc, 403, 0);
+        (void)sc_body(f.sc, forbidden, strlen(forbidden));
+        sc_end(f.sc, KINF_XFER_OK, "", 0.1);
+    }
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "warn");
+    CHECK_STR(line, "list " PATH ": 403 pods is forbidden: User \"x\" cannot list");
+    CHECK(next_line(&f, &level, line, sizeof line) == 0); /* the two repeats: not logged */
+    /* another kind: logged */
+    expect_request(&f, SC_LIST);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "warn");
+    CHECK_STR(line, "list " PATH ": Couldn't connect to server");
+    expect_request(&f, SC_LIST);
+    respond_str(&f, LIST("10", ""), 0);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "info");
+    CHECK_STR(line, "list " PATH ": recovered after 4 failures");
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    /* the watch served: no second "recovered" */
+    expect_request(&f, SC_WATCH);
+    respond_str(&f, EV("ADDED", POD("c", "11")), 0);
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    /* a failure of the last kind logged, after a success, within the minute: not logged again */
+    expect_request(&f, SC_WATCH);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1); /* "watch ...": a kind of its own */
+    CHECK(strncmp(line, "watch " PATH ": Couldn't connect", strlen("watch " PATH ": Couldn't connect")) == 0);
+    expect_request(&f, SC_WATCH);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    fx_free(&f);
+}
+
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
           TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
-          TEST(nul_in_uid_or_rv_is_refused))
+          TEST(nul_in_uid_or_rv_is_refused), TEST(reflectors_made_together_draw_apart),
+          TEST(watch_cut_at_a_clean_end_is_reported), TEST(failures_queue_log_lines))
