@@ -53,7 +53,8 @@ kinf_reflector *kinf_reflector_new(const kinf_transport *transport, kinf_fifo *f
 
     if (transport == NULL || transport->ops == NULL || fifo == NULL || cfg == NULL ||
         cfg->path == NULL || cfg->path[0] != '/') {
-        kinf_errmsg(errbuf, errlen, "reflector needs a client, a fifo and a path starting with /");
+        kinf_errmsg(errbuf, errlen,
+                    "reflector needs a transport, a fifo and a path starting with /");
         *err = KINF_EINVAL;
         return NULL;
     }

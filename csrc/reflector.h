@@ -8,8 +8,9 @@
  *   resourceVersion=0 first), replaces the FIFO's content with the list, and watches from the
  *   list's resourceVersion, turning ADDED/MODIFIED/DELETED into add/update/delete and
  *   BOOKMARKs into a newer resourceVersion. The relist, re-watch, fallback and backoff rules are
- *   client-go's (see reflector.c and docs/reflector.md). With watch_list, every list (the first and each relist)
- *   comes as a WatchList stream instead, falling back to the paginated list on failure.
+ *   client-go's (see reflector.c and docs/reflector.md). With watch_list, every list (the
+ *   first and each relist) comes as a WatchList stream instead, falling back to the paginated
+ *   list on failure.
  * - stop() returns once the I/O thread has aborted the reflector's transfer (well within 1 s);
  *   the reflector can be started again. free() stops it first.
  * - Every failure is kept for status() (message, HTTP code, Status reason), never only logged.

@@ -34,8 +34,9 @@
  *     sets status.resource_version to the list's rv and queues each listed key with the last
  *     listed object; a watch counts exactly the events before the first failure, advances
  *     the rv to the last applied event's, leaves each touched key's newest delta matching its
- *     last event (type and bytes), reports a stream that ends cleanly inside an event; a WatchList applies its initial events (ADDED, MODIFIED,
- *     DELETED) to a temporary state that replaces the FIFO's at the end bookmark;
+ *     last event (type and bytes), reports a stream that ends cleanly inside an event; a
+ *     WatchList applies its initial events (ADDED, MODIFIED, DELETED) to a temporary state
+ *     that replaces the FIFO's at the end bookmark;
  *   - every queued or stored object has a key equal to namespace/name (or name), a
  *     non-empty name, the metadata of its own JSON bytes, and the FIFO's get_by_key agrees
  *     with its list.
