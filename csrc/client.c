@@ -1,10 +1,7 @@
 /*
- * client.c - API server connection and its I/O thread (contract in client.h).
- *
- * The I/O thread loops: take attach/detach requests, let each reflector start what its timers
- * say (kinf_reflector_io_tick), run curl_multi_perform, hand finished transfers back to their
- * reflector (kinf_reflector_io_done), then sleep in curl_multi_poll until a socket is ready,
- * the nearest reflector deadline passes, or another thread calls curl_multi_wakeup.
+ * client.c - API server connection: configuration, TLS checks, credentials and the easy
+ * handles every request starts from (contract in client.h). The I/O thread and the transport
+ * it gives reflectors are in client_transport.c; the shared state in client_impl.h.
  *
  * Authentication and TLS are set per request in kinf_client_easy from the credentials object
  * (credentials.c) and the copied configuration. A finished transfer whose status is 401 marks
@@ -17,66 +14,18 @@
  * its first write) and are joined by the last unref: the I/O thread first (it is the pipe's
  * only writer), then the pipe.
  */
-#include "client.h"
-
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "pipe.h"
-#include "reflector.h"
+#include "client_impl.h"
 
-#define MAX_REFLECTORS_PER_CLIENT 4096
 #define PEM_CHECK_MAX (1024 * 1024) /* bytes of a PEM file read at creation to check it */
 /* Received bytes in flight between the I/O thread and the scanner thread: at most
  * PIPE_BLOCKS blocks of PIPE_BLOCK bytes (4 MiB), about 2 ms of scanning. */
 #define PIPE_BLOCK ((size_t)256 << 10)
 #define PIPE_BLOCKS 16
-
-struct kinf_client {
-    atomic_long refs;
-    char *server;               /* as configured, trailing slashes dropped (no secrets) */
-    char *base;                 /* what request URLs start with: server, or with
-                                   tls_server_name as the host */
-    char *host;                 /* the name TLS verifies, for messages */
-    char *user_agent, *proxy;
-    char *ca_file, *cert_file, *key_file;
-    char *ca_data, *cert_data, *key_data; /* PEM; key_data is wiped when freed */
-    struct curl_slist *headers; /* Accept (and Host with tls_server_name); no secrets */
-    struct curl_slist *connect_to; /* tls_server_name: the URL's real host and port */
-    int insecure;
-    long connect_timeout_ms;
-    kinf_creds *creds;          /* [creds_mu]: the I/O thread and blocking requests
-                                   (request.h) share it */
-    pthread_mutex_t creds_mu;   /* taken alone, never with mu; a refresh (exec plugin) runs
-                                   under it, so it may be held for the plugin's timeout */
-
-    pthread_mutex_t mu;
-    pthread_cond_t changed;     /* signalled when a detach completes */
-    CURLM *multi;               /* I/O thread, except creation and curl_multi_wakeup */
-    kinf_pipe *pipe;            /* written by the I/O thread only (pipe.h) */
-    pthread_t thread;
-    int thread_running;         /* [mu] */
-    int stopping;               /* [mu] */
-    kinf_reflector **attached;  /* [mu] reflectors the I/O thread serves */
-    size_t nattached, cap;
-    kinf_reflector **detaching; /* [mu] requests not yet served; capacity `cap` too */
-    size_t ndetaching;
-    unsigned long detach_done;  /* [mu] generation counter for waiters */
-};
-
-/* What the client keeps per transfer (CURLOPT_PRIVATE): the reflector's pointer, the
- * credential generation the request was sent with (a 401 invalidates exactly that one) and
- * libcurl's error detail. Freed by kinf_client_remove. */
-typedef struct xfer {
-    void *priv;
-    unsigned long cred_gen;
-    char errbuf[CURL_ERROR_SIZE];
-} xfer;
 
 static char *dup_opt(const char *s, int *failed)
 {
@@ -442,168 +391,9 @@ void kinf_client_unref(kinf_client *c)
     curl_global_cleanup();
 }
 
-kinf_pipe *kinf_client_pipe(kinf_client *c)
-{
-    return c->pipe;
-}
-
 const char *kinf_client_server(const kinf_client *c)
 {
     return c->server;
-}
-
-/* Serves pending detach requests. Called with mu held. */
-static void serve_detaches_locked(kinf_client *c)
-{
-    for (size_t i = 0; i < c->ndetaching; i++) {
-        kinf_reflector *r = c->detaching[i];
-        for (size_t j = 0; j < c->nattached; j++) {
-            if (c->attached[j] == r) {
-                c->attached[j] = c->attached[--c->nattached];
-                break;
-            }
-        }
-        kinf_reflector_io_detach(r);
-    }
-    if (c->ndetaching) {
-        c->ndetaching = 0;
-        c->detach_done++;
-        pthread_cond_broadcast(&c->changed);
-    }
-}
-
-static void *io_thread(void *arg)
-{
-    kinf_client *c = arg;
-    kinf_reflector *snapshot[64], **list = snapshot;
-    size_t cap = 64;
-
-    for (;;) {
-        double now, next;
-        size_t n;
-        int running, timeout_ms, queued, done = 0;
-        CURLMsg *msg;
-
-        pthread_mutex_lock(&c->mu);
-        serve_detaches_locked(c);
-        if (c->stopping) {
-            pthread_mutex_unlock(&c->mu);
-            break;
-        }
-        if (c->nattached > cap) {
-            kinf_reflector **grown = malloc(c->nattached * sizeof(*grown));
-            if (grown != NULL) {
-                if (list != snapshot)
-                    free(list);
-                list = grown;
-                cap = c->nattached;
-            }
-        }
-        n = c->nattached < cap ? c->nattached : cap;
-        memcpy(list, c->attached, n * sizeof(*list));
-        pthread_mutex_unlock(&c->mu);
-
-        /* Reflectors in `list` stay valid: only this thread forgets them (in
-         * serve_detaches_locked above), and a detacher waits for that. */
-        now = kinf_now();
-        next = now + 1.0;
-        for (size_t i = 0; i < n; i++) {
-            double due = kinf_reflector_io_tick(list[i], now);
-            if (due < next)
-                next = due;
-        }
-        curl_multi_perform(c->multi, &running);
-        while ((msg = curl_multi_info_read(c->multi, &queued)) != NULL) {
-            if (msg->msg == CURLMSG_DONE) {
-                done++;
-                CURL *easy = msg->easy_handle;
-                CURLcode result = msg->data.result;
-                xfer *x = NULL;
-                long code = 0;
-                curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
-                curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
-                if (code == 401) /* refresh what this request carried before the next one */
-                    kinf_client_unauthorized(c, easy);
-                /* io_done removes and cleans up the handle; msg is invalid afterwards. */
-                kinf_reflector_io_done(x->priv, easy, result);
-            }
-        }
-        now = kinf_now();
-        /* A finished transfer may have scheduled its follow-up (a retry after a short
-         * backoff, the next page) after `next` was computed: tick again before sleeping. */
-        timeout_ms = done || next <= now ? 0 : (int)((next - now) * 1000) + 1;
-        if (timeout_ms > 1000)
-            timeout_ms = 1000;
-        if (timeout_ms > 0)
-            curl_multi_poll(c->multi, NULL, 0, timeout_ms, NULL);
-    }
-    if (list != snapshot)
-        free(list);
-    return NULL;
-}
-
-kinf_err kinf_client_attach(kinf_client *c, kinf_reflector *r)
-{
-    kinf_err err = KINF_OK;
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping) {
-        err = KINF_ECLOSED;
-    } else if (c->nattached >= MAX_REFLECTORS_PER_CLIENT) {
-        err = KINF_EINVAL;
-    } else {
-        if (c->nattached == c->cap) {
-            /* The detach queue grows with the attached list, so detach never allocates. */
-            size_t ncap = c->cap ? c->cap * 2 : 8;
-            kinf_reflector **grown = realloc(c->attached, ncap * sizeof(*grown));
-            kinf_reflector **det = grown ? realloc(c->detaching, ncap * sizeof(*det)) : NULL;
-            if (grown != NULL)
-                c->attached = grown;
-            if (det != NULL) {
-                c->detaching = det;
-                c->cap = ncap;
-            } else {
-                err = KINF_ENOMEM;
-            }
-        }
-        if (err == KINF_OK && !c->thread_running) {
-            if (pthread_create(&c->thread, NULL, io_thread, c) != 0)
-                err = KINF_ENOMEM;
-            else
-                c->thread_running = 1;
-        }
-        if (err == KINF_OK) {
-            c->attached[c->nattached++] = r;
-            kinf_client_ref(c);
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (err == KINF_OK)
-        curl_multi_wakeup(c->multi);
-    return err;
-}
-
-void kinf_client_detach(kinf_client *c, kinf_reflector *r)
-{
-    int found = 0;
-    unsigned long gen;
-
-    pthread_mutex_lock(&c->mu);
-    for (size_t j = 0; j < c->nattached; j++)
-        found |= c->attached[j] == r;
-    if (!found) {
-        pthread_mutex_unlock(&c->mu);
-        return;
-    }
-    /* Room was reserved at attach: detaching never allocates and so never fails. */
-    c->detaching[c->ndetaching++] = r;
-    gen = c->detach_done;
-    pthread_mutex_unlock(&c->mu);
-    curl_multi_wakeup(c->multi);
-    pthread_mutex_lock(&c->mu);
-    while (gen == c->detach_done)
-        pthread_cond_wait(&c->changed, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-    kinf_client_unref(c);
 }
 
 /* Records the first setopt failure (an allocation, or an option this libcurl lacks). */
@@ -628,11 +418,17 @@ static void set_blob(CURL *easy, CURLoption opt, const char *name, const char *p
     set_check(curl_easy_setopt(easy, opt, &b), name, failed, errbuf, errlen);
 }
 
-CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char *errbuf,
-                       size_t errlen)
+CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, size_t errlen)
+{
+    struct kinf_xfer *x;
+    return client_easy(c, path_query, &x, errbuf, errlen);
+}
+
+CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **xp, char *errbuf,
+                  size_t errlen)
 {
     CURL *easy = curl_easy_init();
-    xfer *x = calloc(1, sizeof(*x));
+    struct kinf_xfer *x = calloc(1, sizeof(*x));
     size_t nb = strlen(c->base), np = strlen(path_query);
     char *url = malloc(nb + np + 1);
     kinf_cred cred;
@@ -648,7 +444,8 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
         pthread_mutex_unlock(&c->creds_mu);
         goto fail;
     }
-    x->priv = priv;
+    x->c = c;
+    x->easy = easy;
     x->cred_gen = cred.generation;
     memcpy(url, c->base, nb);
     memcpy(url + nb, path_query, np + 1);
@@ -709,6 +506,7 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char 
     if (failed)
         goto fail;
     free(url);
+    *xp = x;
     return easy;
 fail:
     curl_easy_cleanup(easy);
@@ -738,7 +536,7 @@ nomem:
 
 void kinf_client_easy_free(CURL *easy)
 {
-    xfer *x = NULL;
+    struct kinf_xfer *x = NULL;
     if (easy == NULL)
         return;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
@@ -748,7 +546,7 @@ void kinf_client_easy_free(CURL *easy)
 
 void kinf_client_unauthorized(kinf_client *c, CURL *easy)
 {
-    xfer *x = NULL;
+    struct kinf_xfer *x = NULL;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
     if (x == NULL)
         return;
@@ -773,23 +571,10 @@ void kinf_client_redact(kinf_client *c, char *msg, size_t len)
     pthread_mutex_unlock(&c->creds_mu);
 }
 
-kinf_err kinf_client_add(kinf_client *c, CURL *easy)
-{
-    return curl_multi_add_handle(c->multi, easy) == CURLM_OK ? KINF_OK : KINF_EIO;
-}
-
-void kinf_client_remove(kinf_client *c, CURL *easy)
-{
-    if (easy == NULL)
-        return;
-    curl_multi_remove_handle(c->multi, easy); /* fine for a handle never added */
-    kinf_client_easy_free(easy);
-}
-
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
                                 size_t len)
 {
-    xfer *x = NULL;
+    struct kinf_xfer *x = NULL;
     const char *what = curl_easy_strerror(result), *detail;
 
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);

@@ -5,6 +5,8 @@
  * - A client owns one libcurl multi handle driven by one I/O thread, started when the first
  *   reflector attaches (never at creation: nginx creates clients before forking workers) and
  *   stopped when the client is freed. Every transfer of every attached reflector runs there.
+ *   A transfer that receives no byte (headers included) for its idle_timeout is ended by the
+ *   I/O thread's own timer (not libcurl's averaged low-speed check) within a few milliseconds.
  * - Received bodies are scanned on a second thread, the client's pipe (pipe.h): the I/O thread
  *   writes body bytes into it, the pipe's thread runs the reflector's scanner on them.
  * - Configuration is copied at creation and immutable afterwards; files named in it (token,
@@ -25,9 +27,8 @@
  *   kinf_client_easy; they share the credentials (under a lock of their own) but not the I/O
  *   thread, so they neither wait for watches nor delay them.
  *
- * Threads: kinf_client_new/attach/detach/unref from any thread that is not the I/O thread;
- * functions marked "I/O thread" only from reflector callbacks on the I/O thread; the others
- * from any thread.
+ * Threads: kinf_client_new/unref from any thread that is not the I/O thread; the transport's
+ * functions as transport.h says; the others from any thread.
  *
  * Ownership: kinf_client_new returns one reference; each attached reflector holds another.
  */
@@ -39,9 +40,9 @@
 #include "credentials.h"
 #include "kinf.h"
 #include "pipe.h"
+#include "transport.h"
 
 typedef struct kinf_client kinf_client;
-typedef struct kinf_reflector kinf_reflector;
 
 typedef struct kinf_client_config {
     const char *server;            /* "http(s)://host[:port][/prefix]", required */
@@ -72,17 +73,17 @@ kinf_client *kinf_client_ref(kinf_client *c);
 /* The last reference stops and joins the I/O thread (all reflectors must have detached). */
 void kinf_client_unref(kinf_client *c);
 
-/* Hands r to the I/O thread (starting it if needed). Takes a client reference for r. */
-kinf_err kinf_client_attach(kinf_client *c, kinf_reflector *r);
-/* Takes r back: returns once the I/O thread has aborted r's transfers and forgotten r. */
-void kinf_client_detach(kinf_client *c, kinf_reflector *r);
+/* The client as a reflector's transport (transport.h): attach starts the I/O thread if needed
+ * (and holds a client reference while r is attached), get makes transfers on it, queue writes
+ * into the client's pipe, retain / release take and drop client references. No reference is
+ * taken by this call. */
+kinf_transport kinf_client_transport(kinf_client *c);
 
 /* An easy handle for GET server + path_query with auth, TLS and timeouts set (any thread).
- * priv is handed back to kinf_reflector_io_done when the transfer ends (CURLOPT_PRIVATE belongs
- * to the client: do not set it). NULL with a message (never holding secrets) on failure, e.g.
- * when the exec plugin fails. May run the exec plugin (blocking up to its timeout). */
-CURL *kinf_client_easy(kinf_client *c, const char *path_query, void *priv, char *errbuf,
-                       size_t errlen);
+ * CURLOPT_PRIVATE belongs to the client: do not set it. NULL with a message (never holding
+ * secrets) on failure, e.g. when the exec plugin fails. May run the exec plugin (blocking up to
+ * its timeout). */
+CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, size_t errlen);
 /* A copy of the headers kinf_client_easy sets (Accept, Host with tls_server_name) followed by
  * `extra` (NULL-terminated, may be NULL); for a request that needs more, e.g. Content-Type.
  * Free with curl_slist_free_all after the handle. NULL when out of memory. */
@@ -95,17 +96,11 @@ void kinf_client_unauthorized(kinf_client *c, CURL *easy);
 int kinf_client_refreshable(kinf_client *c);
 /* Replaces the client's secrets in msg with "[redacted]" (kinf_creds_redact). */
 void kinf_client_redact(kinf_client *c, char *msg, size_t len);
-/* I/O thread: start / abort a transfer made by kinf_client_easy. remove also cleans it up; it
- * is the only way to dispose of such a handle (added or not). */
-kinf_err kinf_client_add(kinf_client *c, CURL *easy);
-void kinf_client_remove(kinf_client *c, CURL *easy);
 /* A message for a failed transfer (result != CURLE_OK), before it is removed:
  * libcurl's detail and the server's host, e.g. "TLS certificate verification failed for
  * 127.0.0.1: SSL certificate problem: self-signed certificate". Secrets are redacted. */
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
                                 size_t len);
-/* I/O thread: the pipe to the client's scanner thread (the I/O thread is its only writer). */
-kinf_pipe *kinf_client_pipe(kinf_client *c);
 /* The server URL as configured (no secrets in it). */
 const char *kinf_client_server(const kinf_client *c);
 

@@ -375,7 +375,10 @@ static int c_reflector(lua_State *L)
     lua_pushvalue(L, 3);
     lua_setfield(L, -2, "fifo");
     kl_setuservalue(L, 4);
-    lr->r = kinf_reflector_new(client, fifo, &cfg, &err, msg, sizeof(msg));
+    {
+        kinf_transport tr = kinf_client_transport(client);
+        lr->r = kinf_reflector_new(&tr, fifo, &cfg, &err, msg, sizeof(msg));
+    }
     if (lr->r == NULL)
         return kl_fail(L, err, msg);
     return 1;
@@ -426,10 +429,26 @@ static void set_num(lua_State *L, const char *k, double v)
     lua_setfield(L, -2, k);
 }
 
+/* Logs (kl_log) the lines the reflector queued for a log (reflector.h), on this thread. */
+static void drain_log(lua_State *L, kinf_reflector *r)
+{
+    const char *level;
+    char line[KINF_REFLECTOR_LOG_MAX];
+    while (kinf_reflector_log_next(r, &level, line, sizeof(line)))
+        kl_log(L, level, line);
+}
+
+static int r_drain_log(lua_State *L)
+{
+    drain_log(L, check_reflector(L));
+    return 0;
+}
+
 static int r_status(lua_State *L)
 {
     kinf_reflector_status st;
     double now = kinf_now();
+    drain_log(L, check_reflector(L));
     kinf_reflector_status_get(check_reflector(L), &st);
     lua_createtable(L, 0, 16);
     lua_pushboolean(L, st.running);
@@ -482,6 +501,7 @@ static const luaL_Reg REFLECTOR_METHODS[] = {
     {"stop", r_stop},
     {"close", r_gc},
     {"status", r_status},
+    {"drain_log", r_drain_log},
     {"last_sync_resource_version", r_last_sync_resource_version},
     {NULL, NULL},
 };

@@ -1,32 +1,32 @@
 /*
  * reflector.h - list + watch of one resource into a DeltaFIFO (client-go Reflector),
- * SEMANTICS.md section 4.
+ * docs/semantics.md, section 4.
  *
  * Contract:
- * - start() attaches the reflector to its client's I/O thread, which then lists (paginated,
+ * - start() attaches the reflector to its transport's I/O thread (transport.h; the client's,
+ *   client.h, in production), which then lists (paginated,
  *   resourceVersion=0 first), replaces the FIFO's content with the list, and watches from the
  *   list's resourceVersion, turning ADDED/MODIFIED/DELETED into add/update/delete and
  *   BOOKMARKs into a newer resourceVersion. The relist, re-watch, fallback and backoff rules are
- *   client-go's (see reflector.c). With watch_list, every list (the first and each relist)
- *   comes as a WatchList stream instead, falling back to the paginated list on failure.
+ *   client-go's (see reflector.c and docs/reflector.md). With watch_list, every list (the
+ *   first and each relist) comes as a WatchList stream instead, falling back to the paginated
+ *   list on failure.
  * - stop() returns once the I/O thread has aborted the reflector's transfer (well within 1 s);
  *   the reflector can be started again. free() stops it first.
  * - Every failure is kept for status() (message, HTTP code, Status reason), never only logged.
  *   Messages never contain credentials.
  *
- * Threads: new/start/stop/status/free from any thread but the client's I/O thread; the
- * kinf_reflector_io_* functions only from the I/O thread. `mu` guards the status copy.
+ * Threads: new/start/stop/status/log_next/free from any thread but the transport's I/O thread;
+ * the entry points of transport.h only from the I/O thread. `mu` guards the status copy.
  *
- * Ownership: the reflector holds a reference on its client and on its FIFO.
+ * Ownership: the reflector holds a reference on its transport and on its FIFO.
  */
 #ifndef KINF_REFLECTOR_H
 #define KINF_REFLECTOR_H
 
-#include <curl/curl.h>
-
-#include "client.h"
 #include "delta_fifo.h"
 #include "kinf.h"
+#include "transport.h"
 
 /* Room for any resourceVersion the scanner accepts (KINF_SCAN_MAX_META bytes) and its NUL. */
 #define KINF_REFLECTOR_RV_SIZE 1025
@@ -38,7 +38,8 @@ typedef struct kinf_reflector_config {
     int watch_list;                /* lists through WatchList streams */
     int strip_managed_fields;      /* drop metadata.managedFields while scanning */
     size_t page_size;              /* list page size; 0: 500 */
-    double idle_timeout;           /* a watch with no byte for this long is reconnected; 0: 90 s */
+    double idle_timeout;           /* a transfer with no byte (headers included) for this long
+                                      is ended: a watch reconnects; 0: 90 s */
     double watch_timeout;          /* timeoutSeconds lower bound (random in [t, 2t)); 0: 300 s */
     double backoff_initial;        /* 0: 0.8 s */
     double backoff_max;            /* 0: 30 s */
@@ -69,7 +70,8 @@ typedef struct kinf_reflector_status {
     unsigned long long bytes;      /* response bytes received */
 } kinf_reflector_status;
 
-kinf_reflector *kinf_reflector_new(kinf_client *client, kinf_fifo *fifo,
+/* The reflector takes a reference on the transport (ops->retain) and on the FIFO. */
+kinf_reflector *kinf_reflector_new(const kinf_transport *transport, kinf_fifo *fifo,
                                    const kinf_reflector_config *cfg, kinf_err *err, char *errbuf,
                                    size_t errlen);
 kinf_err kinf_reflector_start(kinf_reflector *r);
@@ -77,49 +79,20 @@ void kinf_reflector_stop(kinf_reflector *r);
 void kinf_reflector_free(kinf_reflector *r); /* stops first; accepts NULL */
 void kinf_reflector_status_get(kinf_reflector *r, kinf_reflector_status *out);
 
-/* I/O thread only (called by client.c). */
-/* Starts what is due; returns the monotonic time it next wants to be called. */
-double kinf_reflector_io_tick(kinf_reflector *r, double now);
-/* A transfer of r finished; r removes and cleans up `easy`. */
-void kinf_reflector_io_done(kinf_reflector *r, CURL *easy, CURLcode result);
-/* r is being detached: abort its transfer, drop partial state. */
-void kinf_reflector_io_detach(kinf_reflector *r);
-
 /*
- * Test seam: the reflector's handling of responses without libcurl, the I/O thread or the pipe,
- * for C tests and the fuzzer (csrc/fuzz/fuzz_reflector.c); not for production use. The test
- * plays the API server, one response at a time, on one thread:
+ * Log lines: the reflector reports failures in status() and also queues a few lines for a log
+ * (the core logs nothing itself: its owner drains them on its own thread). A line is queued for
+ * a failure whose kind (its message with the numbers left out, code and reason) differs from
+ * the previous failure's, or for the same kind again once 60 s passed since it was last
+ * queued (saying how many were left out); and one "recovered" line ("info") when a list
+ * completes or a watch is served after a failure that was logged. At most 8 lines wait; more
+ * are dropped. Lines hold what last_error holds: never credentials.
  *
- *   kinf_reflector_test_start(r)      instead of start(): r must never have been started; it
- *                                     then never makes a transfer and start() refuses it
- *                                     (KINF_EINVAL). The client is never asked for anything.
- *   kinf_reflector_test_request(r, &q) the request r now waits a response to: KINF_TEST_LIST
- *                                     (a list page) or KINF_TEST_WATCH, *q its path and query
- *                                     (valid until the next call). If r is waiting (backoff, an
- *                                     immediate retry), the wait ends first as if its time had
- *                                     come. KINF_TEST_NONE (q NULL) when r has nothing to ask.
- *   kinf_reflector_test_response(r, code, retry_after)  the response's status and Retry-After.
- *   kinf_reflector_test_body(r, buf, len)  the next body bytes, taken exactly as the write
- *                                     callback takes them, except that a 2xx body is scanned on
- *                                     the calling thread at once (events reach the FIFO before
- *                                     the call returns). Returns len, or 0 where libcurl would
- *                                     be told to abort (the body already failed): then end
- *                                     with CURLE_WRITE_ERROR as libcurl would.
- *   kinf_reflector_test_end(r, result, lasted)  the transfer ended with `result` (CURLE_OK; a
- *                                     dropped connection is e.g. CURLE_PARTIAL_FILE), `lasted`
- *                                     seconds after it started: the list / watch rules run as
- *                                     in kinf_reflector_io_done (FIFO replace, status, errors,
- *                                     the next request or a backoff).
- *
- * status_get, the FIFO and free work as usual. The caller keeps the sequence: request, response,
- * body bytes, end; body and end outside a request do nothing.
+ * kinf_reflector_log_next copies the oldest waiting line into buf (NUL-terminated, at most
+ * KINF_REFLECTOR_LOG_MAX bytes used), sets *level to "warn" or "info" (static) and returns 1;
+ * 0 when none waits. Any thread; cheap when none waits (no lock).
  */
-typedef enum { KINF_TEST_NONE, KINF_TEST_LIST, KINF_TEST_WATCH } kinf_reflector_test_req;
-
-kinf_err kinf_reflector_test_start(kinf_reflector *r);
-kinf_reflector_test_req kinf_reflector_test_request(kinf_reflector *r, const char **path_query);
-void kinf_reflector_test_response(kinf_reflector *r, long http_code, double retry_after);
-size_t kinf_reflector_test_body(kinf_reflector *r, const char *buf, size_t len);
-void kinf_reflector_test_end(kinf_reflector *r, CURLcode result, double lasted);
+#define KINF_REFLECTOR_LOG_MAX 640
+int kinf_reflector_log_next(kinf_reflector *r, const char **level, char *buf, size_t len);
 
 #endif

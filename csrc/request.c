@@ -76,7 +76,7 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
 
     *got_401 = 0;
     b.max = req->max_response_bytes ? req->max_response_bytes : KINF_REQUEST_DEFAULT_MAX_RESPONSE;
-    if ((easy = kinf_client_easy(c, req->path_query, NULL, errbuf, errlen)) == NULL)
+    if ((easy = kinf_client_easy(c, req->path_query, errbuf, errlen)) == NULL)
         return KINF_EIO; /* a credentials failure, or out of memory; errbuf says which */
     if (req->body != NULL) {
         if (snprintf(ctype, sizeof(ctype), "Content-Type: %s", req->content_type) >=

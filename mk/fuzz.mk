@@ -3,8 +3,8 @@
 #   make fuzz [FUZZ_SECONDS=30] [FUZZ_RUNS=N]   every target below, one after the other, each for
 #                                 FUZZ_SECONDS (or N executions, whichever comes first)
 #   make fuzz-jsonscan            the streaming JSON scanner (csrc/fuzz/fuzz_jsonscan.c)
-#   make fuzz-reflector           the reflector's list / watch framing through its test seam
-#                                 (csrc/fuzz/fuzz_reflector.c)
+#   make fuzz-reflector           the reflector's list / watch framing through a scripted
+#                                 transport (csrc/fuzz/fuzz_reflector.c)
 #   make fuzz-coverage            replays each target's corpora (no fuzzing) in a build with
 #                                 clang source coverage and prints the line / branch coverage
 #                                 of the core files it exercises (llvm-cov report)
@@ -57,7 +57,8 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(BUILD)/fuzz/fuzz_%
 # the seeds and what the fuzzer kept.
 FUZZ_COV_FLAGS = -O1 -g -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping
 FUZZ_COV_FILES_jsonscan  = csrc/jsonscan.c
-FUZZ_COV_FILES_reflector = csrc/reflector.c csrc/jsonscan.c csrc/delta_fifo.c csrc/object.c
+FUZZ_COV_FILES_reflector = csrc/reflector.c csrc/reflector_list.c csrc/reflector_watch.c \
+                           csrc/reflector_report.c csrc/jsonscan.c csrc/delta_fifo.c csrc/object.c
 
 COMPILE_fuzz-cov = $(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS)
 $(eval $(call compile_rule,fuzz-cov))

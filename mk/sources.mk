@@ -14,8 +14,14 @@ CORE_SRC += csrc/jsonspan.c
 CORE_SRC += csrc/informer.c
 CORE_SRC += csrc/pipe.c
 CORE_SRC += csrc/client.c
+CORE_SRC += csrc/client_transport.c
 CORE_SRC += csrc/request.c
 CORE_SRC += csrc/reflector.c
+CORE_SRC += csrc/reflector_list.c
+CORE_SRC += csrc/reflector_watch.c
+CORE_SRC += csrc/reflector_report.c
+CORE_SRC += csrc/backoff.c
+CORE_SRC += csrc/query.c
 CORE_SRC += csrc/credentials.c
 CORE_SRC += csrc/exec_credential.c
 

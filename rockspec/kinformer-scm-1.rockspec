@@ -59,7 +59,9 @@ build = {
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/delta_fifo.c",
-        "csrc/jsonscan.c", "csrc/client.c", "csrc/request.c", "csrc/reflector.c", "csrc/jsonspan.c",
+        "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c",
+        "csrc/reflector.c", "csrc/reflector_list.c", "csrc/reflector_watch.c",
+        "csrc/reflector_report.c", "csrc/backoff.c", "csrc/query.c", "csrc/jsonspan.c",
         "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c", "csrc/exec_credential.c",
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_guard.c", "csrc/lua_decode.c",

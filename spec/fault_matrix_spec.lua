@@ -195,6 +195,17 @@ end
 local function lists() local o = {} for _, q in ipairs(requests()) do if not q.is_watch then o[#o + 1] = q end end return o end
 local function watches() local o = {} for _, q in ipairs(requests()) do if q.is_watch then o[#o + 1] = q end end return o end
 
+-- Waits (without dispatching) until the server saw n watch requests; returns them.
+local function wait_watches(n, seconds)
+  local deadline = now() + seconds
+  local ws = watches()
+  while #ws < n and now() < deadline do
+    socket.sleep(0.02)
+    ws = watches()
+  end
+  return ws
+end
+
 -- A fault for the first watch: after `after` events an ERROR 410 ends it (the informer relists).
 local function expiring_watch(after)
   return { { path = PODS, watch = true, after_events = after,
@@ -396,12 +407,54 @@ describe("fault matrix", function()
     scenario{ informer = { idle_timeout = 1 },
               faults = { { path = PODS, watch = true, after_events = 1,
                            action = { type = "stall", seconds = 30 } } } }
-    create("a", "s1")
+    local t0 = now()
+    create("a", "s1")    -- the watch's first event: the stall starts once it is sent
+    -- idle_timeout is "seconds without a byte": the new watch comes 1 s after the last byte
+    -- (plus a backoff of 0.05-0.1 s), not when an averaged speed check gets to it.
+    local ws = wait_watches(2, 5)
+    assert.same(2, #ws, explain())
+    local waited = ws[2].time - t0
+    assert.is_true(waited >= 1.0 and waited < 2.0, ("reconnected after %.2f s"):format(waited))
     writes(6, 11)        -- made while the watch is stalled: the new watch replays them
     local st = converge(10)
     assert.same(0, st.relists)
     assert.is_true(st.watch_restarts >= 1)
     assert.matches("no data for 1 s", st.last_error, 1, true)
+  end)
+
+  it("a watch that sends not even headers is reconnected after idle_timeout", function()
+    scenario{ informer = { idle_timeout = 1 },
+              faults = { { path = PODS, watch = true, times = 1,
+                           action = { type = "stall", seconds = 30 } } } }
+    local ws = wait_watches(2, 5)
+    assert.same(2, #ws, explain())
+    local waited = ws[2].time - ws[1].time
+    assert.is_true(waited >= 1.0 and waited < 2.0, ("reconnected after %.2f s"):format(waited))
+    writes(4, 13)
+    local st = converge(10)
+    assert.same(0, st.relists)
+    assert.matches("no data for 1 s (not even headers)", st.last_error, 1, true)
+  end)
+
+  it("repeated 403s: one warn line, one info line on recovery, never the token", function()
+    local lines = {}
+    kinformer.set_logger(function(level, msg) lines[#lines + 1] = { level = level, msg = msg } end)
+    scenario{ client = function(srv) return { server = srv.url, token = "spec-secret-token-7" } end,
+              faults = { { path = PODS, watch = false, times = 4,
+                           action = { status = 403, reason = "Forbidden",
+                                      message = "pods is forbidden: User \"x\" cannot list pods" } } } }
+    writes(3, 14)
+    local st = converge()
+    assert.same(4, st.errors)
+    local warns, infos = {}, {}
+    for _, l in ipairs(lines) do
+      assert.is_nil(l.msg:find("spec-secret-token-7", 1, true))
+      if l.level == "warn" then warns[#warns + 1] = l.msg end
+      if l.level == "info" then infos[#infos + 1] = l.msg end
+    end
+    assert.same(1, #warns, cjson.encode(lines))
+    assert.same('list /api/v1/pods: 403 pods is forbidden: User "x" cannot list pods', warns[1])
+    assert.same({ "list /api/v1/pods: recovered after 4 failures" }, infos)
   end)
 
   it("a malformed line: reported, relist, the cache stays right", function()

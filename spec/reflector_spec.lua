@@ -275,7 +275,7 @@ describe("reflector", function()
     srv:fault{ path = "^/api/v1/pods$", watch = true, action = "stall", seconds = 30, times = 1 }
     h = setup(srv, { idle_timeout = 1 })
     assert(h.r:start())
-    assert.is_true(h.pump(8, function() return #watches(srv) >= 2 end))
+    assert.is_true(h.pump(3, function() return #watches(srv) >= 2 end))
     assert.matches("no data", h.r:status().last_error)
   end)
 

@@ -53,6 +53,15 @@ static void stop_server(void)
     server_pid = 0;
 }
 
+static kinf_reflector *new_reflector(kinf_client *client, kinf_fifo *fifo,
+                                     const kinf_reflector_config *rc)
+{
+    kinf_transport tr = kinf_client_transport(client);
+    kinf_err err;
+    char msg[256];
+    return client != NULL ? kinf_reflector_new(&tr, fifo, rc, &err, msg, sizeof(msg)) : NULL;
+}
+
 /* Pops until `want` distinct keys were seen in the initial list or the deadline passes. */
 static size_t drain(kinf_fifo *f, double seconds)
 {
@@ -90,7 +99,7 @@ static void lists_watches_stops_and_restarts(void)
     rc.path = "/api/v1/pods";
     rc.page_size = 50;
     rc.strip_managed_fields = 1;
-    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    r = new_reflector(client, fifo, &rc);
     CHECK(r != NULL);
     if (r == NULL)
         return;
@@ -146,7 +155,7 @@ static void requests_while_watching(void)
     CHECK(client != NULL);
     fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
     rc.path = "/api/v1/pods";
-    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    r = new_reflector(client, fifo, &rc);
     CHECK(r != NULL);
     if (r == NULL)
         return;
@@ -229,7 +238,7 @@ static void relist_reuses_unchanged_records(void)
     rc.reuse_known = 1;
     rc.watch_timeout = 1; /* the watch ends within 2 s; its successor gets the 410 */
     rc.backoff_initial = 0.05;
-    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    r = new_reflector(client, fifo, &rc);
     CHECK(client != NULL && store != NULL && fifo != NULL && r != NULL);
     if (r == NULL)
         return;
@@ -312,7 +321,7 @@ static void watch_list_relists_through_watch_list(void)
     rc.watch_list = 1;
     rc.watch_timeout = 1; /* the WatchList stream ends within 2 s; the plain watch gets the 410 */
     rc.backoff_initial = 0.05;
-    r = kinf_reflector_new(client, fifo, &rc, &err, msg, sizeof(msg));
+    r = new_reflector(client, fifo, &rc);
     CHECK(client != NULL && store != NULL && fifo != NULL && r != NULL);
     if (r == NULL)
         return;

@@ -1,5 +1,5 @@
 /* test_reflector_body.c - the reflector's handling of list and watch responses, played through
- * its test seam (reflector.h, kinf_reflector_test_*): no server, no threads. Most bodies are fed
+ * a scripted transport (scripted_transport.h): no server, no threads. Most bodies are fed
  * whole and one byte at a time, which must give the same result. Several cases are regressions
  * of what csrc/fuzz/fuzz_reflector.c found (their seeds are in csrc/fuzz/corpus/reflector). */
 #include <stdio.h>
@@ -8,50 +8,55 @@
 
 #include "ctest.h"
 #include "reflector.h"
+#include "scripted_transport.h"
 
 #define PATH "/api/v1/namespaces/t/pods"
 
-static kinf_client *client;
-
 typedef struct fx {
+    scripted *sc;
     kinf_fifo *fifo;
     kinf_reflector *r;
 } fx;
 
+static fx fx_new_cfg(kinf_reflector_config *rc)
+{
+    kinf_err err;
+    char msg[256];
+    kinf_transport tr;
+    fx f;
+    f.sc = calloc(1, sizeof(*f.sc));
+    f.sc->clock = 1000;
+    tr = sc_transport(f.sc);
+    f.fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
+    f.r = kinf_reflector_new(&tr, f.fifo, rc, &err, msg, sizeof msg);
+    CHECK(f.r != NULL);
+    CHECK(f.sc->refs == 1);
+    CHECK(kinf_reflector_start(f.r) == KINF_OK);
+    return f;
+}
+
 static fx fx_new(int watch_list)
 {
     kinf_reflector_config rc = {0};
-    kinf_err err;
-    char msg[256];
-    fx f;
-    if (client == NULL) {
-        kinf_client_config cc = {0};
-        cc.server = "http://127.0.0.1:1";
-        cc.token = "test-secret-token";
-        client = kinf_client_new(&cc, &err, msg, sizeof msg);
-    }
-    f.fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
     rc.path = PATH;
     rc.watch_list = watch_list;
     rc.page_size = 2;
-    f.r = kinf_reflector_new(client, f.fifo, &rc, &err, msg, sizeof msg);
-    CHECK(f.r != NULL);
-    CHECK(kinf_reflector_test_start(f.r) == KINF_OK);
-    CHECK(kinf_reflector_start(f.r) == KINF_EINVAL); /* test mode is for good */
-    return f;
+    return fx_new_cfg(&rc);
 }
 
 static void fx_free(fx *f)
 {
     kinf_reflector_free(f->r);
+    CHECK(f->sc->refs == 0 && f->sc->cur == NULL);
     kinf_fifo_unref(f->fifo);
+    free(f->sc);
 }
 
 /* The request the reflector waits for; its kind must be `want`. Returns the query. */
-static const char *expect_request(fx *f, kinf_reflector_test_req want)
+static const char *expect_request(fx *f, sc_req want)
 {
     const char *q = NULL;
-    CHECK(kinf_reflector_test_request(f->r, &q) == want);
+    CHECK(sc_request(f->sc, &q) == want);
     CHECK(q != NULL);
     return q ? q : "";
 }
@@ -59,15 +64,15 @@ static const char *expect_request(fx *f, kinf_reflector_test_req want)
 /* Plays one 200 response; bytewise: one byte per write. */
 static void respond(fx *f, const char *body, size_t len, int bytewise)
 {
-    kinf_reflector_test_response(f->r, 200, 0);
+    sc_response(f->sc, 200, 0);
     if (!bytewise) {
-        (void)kinf_reflector_test_body(f->r, body, len);
+        (void)sc_body(f->sc, body, len);
     } else {
         for (size_t i = 0; i < len; i++)
-            if (kinf_reflector_test_body(f->r, body + i, 1) == 0)
+            if (sc_body(f->sc, body + i, 1) == 0)
                 break; /* aborted, as libcurl would */
     }
-    kinf_reflector_test_end(f->r, CURLE_OK, 5.0);
+    sc_end(f->sc, KINF_XFER_OK, "", 5.0);
 }
 
 static void respond_str(fx *f, const char *body, int bytewise)
@@ -106,10 +111,10 @@ static void list_then_watch(void)
         fx f = fx_new(0);
         kinf_reflector_status st;
         kinf_delta_type t = KINF_DELTA_SYNC;
-        const char *q = expect_request(&f, KINF_TEST_LIST);
+        const char *q = expect_request(&f, SC_LIST);
         CHECK_STR(q, PATH "?resourceVersion=0&limit=2");
         respond_str(&f, LIST("10", POD("a", "5") "," POD("b", "6")), bytewise);
-        q = expect_request(&f, KINF_TEST_WATCH);
+        q = expect_request(&f, SC_WATCH);
         CHECK(strstr(q, "?watch=true&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=") != NULL);
         CHECK_STR(newest(&f, "t/a", &t), "5");
         CHECK(t == KINF_DELTA_REPLACED);
@@ -128,7 +133,7 @@ static void list_then_watch(void)
         CHECK_STR(newest(&f, "t/c", &t), "11");
         CHECK(t == KINF_DELTA_ADDED);
         /* the server ended the watch: watch again from the bookmark's rv, no relist */
-        q = expect_request(&f, KINF_TEST_WATCH);
+        q = expect_request(&f, SC_WATCH);
         CHECK(strstr(q, "&resourceVersion=14&") != NULL);
         fx_free(&f);
     }
@@ -141,9 +146,9 @@ static void error_messages_are_clean(void)
         fx f = fx_new(0);
         kinf_reflector_status st;
         char body[4096];
-        expect_request(&f, KINF_TEST_LIST);
+        expect_request(&f, SC_LIST);
         respond_str(&f, LIST("10", ""), bytewise);
-        expect_request(&f, KINF_TEST_WATCH);
+        expect_request(&f, SC_WATCH);
         /* newline, tab, DEL, C1 (U+0085): one space each; then a message long enough that last_error
          * (512 bytes) cuts it inside a 3-byte character */
         snprintf(body, sizeof body,
@@ -184,7 +189,7 @@ static void error_messages_are_clean(void)
             size_t n = strlen(st.last_error);
             CHECK(n >= 3 && memcmp(st.last_error + n - 3, "\xe4\xb8\xad", 3) == 0);
         }
-        expect_request(&f, KINF_TEST_LIST); /* ERROR 500: relist */
+        expect_request(&f, SC_LIST); /* ERROR 500: relist */
         fx_free(&f);
     }
 }
@@ -197,7 +202,7 @@ static void watch_list_initial_state(void)
         fx f = fx_new(1);
         kinf_reflector_status st;
         kinf_delta_type t = KINF_DELTA_SYNC;
-        const char *q = expect_request(&f, KINF_TEST_WATCH);
+        const char *q = expect_request(&f, SC_WATCH);
         CHECK(strstr(q, "sendInitialEvents=true") != NULL);
         respond_str(&f,
                     EV("ADDED", POD("a", "5")) EV("ADDED", POD("b", "6")) EV("ADDED", POD("d", "6"))
@@ -232,9 +237,9 @@ static void rv_advances_only_with_applied_events(void)
         fx f = fx_new(0);
         kinf_reflector_status st;
         const char *q;
-        expect_request(&f, KINF_TEST_LIST);
+        expect_request(&f, SC_LIST);
         respond_str(&f, LIST("10", ""), bytewise);
-        expect_request(&f, KINF_TEST_WATCH);
+        expect_request(&f, SC_WATCH);
         respond_str(&f,
                     EV("ADDED", POD("c", "11"))
                         EV("MODIFIED", "{\"metadata\":{\"namespace\":\"t\",\"resourceVersion\":\"12\"}}"),
@@ -243,7 +248,7 @@ static void rv_advances_only_with_applied_events(void)
         CHECK(st.errors == 1 && st.events == 1);
         CHECK_STR(st.resource_version, "11");
         CHECK(strstr(st.last_error, "MODIFIED event object has no metadata.name") != NULL);
-        q = expect_request(&f, KINF_TEST_LIST); /* a bad event: relist from the last good rv */
+        q = expect_request(&f, SC_LIST); /* a bad event: relist from the last good rv */
         CHECK_STR(q, PATH "?resourceVersion=11");
         fx_free(&f);
     }
@@ -266,13 +271,13 @@ static void long_rv_and_continue_token(void)
     for (size_t i = 0; i < toklen; i++)
         tok[i] = "ab/+="[i % 5];
     tok[toklen] = '\0';
-    expect_request(&f, KINF_TEST_LIST);
+    expect_request(&f, SC_LIST);
     snprintf(body, 20000,
              "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"%s\",\"continue\":\"%s\"},"
              "\"items\":[" POD("a", "1") "]}",
              rv, tok);
     respond_str(&f, body, 0);
-    q = expect_request(&f, KINF_TEST_LIST);
+    q = expect_request(&f, SC_LIST);
     {
         size_t n = (size_t)snprintf(want, 40000, PATH "?limit=2&continue=");
         for (size_t i = 0; i < toklen; i++) {
@@ -294,7 +299,7 @@ static void long_rv_and_continue_token(void)
     kinf_reflector_status_get(f.r, &st);
     CHECK(st.errors == 0 && st.lists == 1);
     CHECK_STR(st.resource_version, rv);
-    q = expect_request(&f, KINF_TEST_WATCH);
+    q = expect_request(&f, SC_WATCH);
     snprintf(want, 40000, "&resourceVersion=%s&", rv);
     CHECK(strstr(q, want) != NULL);
     /* an rv holding a NUL (the scanner allows \u0000) is refused, not cut */
@@ -316,23 +321,23 @@ static void http_errors_and_continuation(void)
     fx f = fx_new(0);
     kinf_reflector_status st;
     const char *q;
-    expect_request(&f, KINF_TEST_LIST);
+    expect_request(&f, SC_LIST);
     respond_str(&f, LIST("10", POD("a", "5")), 0);
-    expect_request(&f, KINF_TEST_WATCH);
-    kinf_reflector_test_response(f.r, 410, 0);
-    (void)kinf_reflector_test_body(f.r, "{\"kind\":\"Status\",\"code\":410,\"reason\":\"Gone\"}", 44);
-    kinf_reflector_test_end(f.r, CURLE_OK, 1.0);
+    expect_request(&f, SC_WATCH);
+    sc_response(f.sc, 410, 0);
+    (void)sc_body(f.sc, "{\"kind\":\"Status\",\"code\":410,\"reason\":\"Gone\"}", 44);
+    sc_end(f.sc, KINF_XFER_OK, "", 1.0);
     kinf_reflector_status_get(f.r, &st);
     CHECK(st.errors == 1 && st.last_error_code == 410);
     CHECK_STR(st.last_error_reason, "Gone");
-    q = expect_request(&f, KINF_TEST_LIST);
+    q = expect_request(&f, SC_LIST);
     CHECK_STR(q, PATH "?resourceVersion=10");
     /* a page with a continue token: the next page carries it, without an rv */
     respond_str(&f,
                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"20\",\"continue\":\"c1\"},"
                 "\"items\":[" POD("a", "5") "]}",
                 1);
-    q = expect_request(&f, KINF_TEST_LIST);
+    q = expect_request(&f, SC_LIST);
     CHECK_STR(q, PATH "?limit=2&continue=c1");
     kinf_reflector_status_get(f.r, &st);
     CHECK(st.lists == 1); /* not complete yet */
@@ -340,7 +345,7 @@ static void http_errors_and_continuation(void)
     kinf_reflector_status_get(f.r, &st);
     CHECK(st.lists == 2 && st.relists == 1);
     CHECK_STR(st.resource_version, "20");
-    expect_request(&f, KINF_TEST_WATCH);
+    expect_request(&f, SC_WATCH);
     fx_free(&f);
 }
 
@@ -354,16 +359,16 @@ static void expired_continuation_after_an_empty_page(void)
     fx f = fx_new(0);
     kinf_reflector_status st;
     const char *q;
-    expect_request(&f, KINF_TEST_LIST);
+    expect_request(&f, SC_LIST);
     respond_str(&f,
                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"30\",\"continue\":\"c1\"},"
                 "\"items\":[]}",
                 0);
-    q = expect_request(&f, KINF_TEST_LIST);
+    q = expect_request(&f, SC_LIST);
     CHECK_STR(q, PATH "?limit=2&continue=c1");
-    kinf_reflector_test_response(f.r, 410, 0);
-    kinf_reflector_test_end(f.r, CURLE_OK, 1.0);
-    q = expect_request(&f, KINF_TEST_LIST);
+    sc_response(f.sc, 410, 0);
+    sc_end(f.sc, KINF_XFER_OK, "", 1.0);
+    q = expect_request(&f, SC_LIST);
     CHECK_STR(q, PATH "?resourceVersion=0"); /* the first page's rv, no limit */
     respond_str(&f,
                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"31\",\"continue\":\"c2\"},"
@@ -372,7 +377,7 @@ static void expired_continuation_after_an_empty_page(void)
     kinf_reflector_status_get(f.r, &st);
     CHECK(st.lists == 1 && st.errors == 1);
     CHECK_STR(st.resource_version, "31");
-    expect_request(&f, KINF_TEST_WATCH);
+    expect_request(&f, SC_WATCH);
     fx_free(&f);
 }
 
@@ -383,18 +388,18 @@ static void failed_full_list_starts_over(void)
 {
     fx f = fx_new(0);
     const char *q;
-    expect_request(&f, KINF_TEST_LIST);
+    expect_request(&f, SC_LIST);
     respond_str(&f,
                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"30\",\"continue\":\"c1\"},"
                 "\"items\":[" POD("a", "5") "]}",
                 0);
-    expect_request(&f, KINF_TEST_LIST);
-    kinf_reflector_test_response(f.r, 410, 0);
-    kinf_reflector_test_end(f.r, CURLE_OK, 1.0);
-    q = expect_request(&f, KINF_TEST_LIST);
+    expect_request(&f, SC_LIST);
+    sc_response(f.sc, 410, 0);
+    sc_end(f.sc, KINF_XFER_OK, "", 1.0);
+    q = expect_request(&f, SC_LIST);
     CHECK_STR(q, PATH "?resourceVersion=0"); /* the full list */
-    kinf_reflector_test_end(f.r, CURLE_OPERATION_TIMEDOUT, 100);
-    q = expect_request(&f, KINF_TEST_LIST);
+    sc_end(f.sc, KINF_XFER_TIMEDOUT, "no data for 90 s", 100);
+    q = expect_request(&f, SC_LIST);
     CHECK(q != NULL && strstr(q, "limit=2") != NULL && strstr(q, "continue=") == NULL);
     fx_free(&f);
 }
@@ -411,14 +416,14 @@ static void page_bad_at_its_end(void)
         kinf_reflector_status st;
         kinf_delta_type t;
         const char *q;
-        expect_request(&f, KINF_TEST_LIST);
+        expect_request(&f, SC_LIST);
         respond_str(&f,
                     "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"30\",\"continue\":"
                     "\"c1\"},\"items\":[" POD("a", "5"),
                     bytewise);
         kinf_reflector_status_get(f.r, &st);
         CHECK(st.errors == 0); /* not known yet */
-        q = expect_request(&f, KINF_TEST_LIST);
+        q = expect_request(&f, SC_LIST);
         CHECK_STR(q, PATH "?limit=2&continue=c1");
         respond_str(&f, LIST("30", POD("b", "6")), bytewise);
         kinf_reflector_status_get(f.r, &st);
@@ -429,7 +434,7 @@ static void page_bad_at_its_end(void)
                                     "the list object") != NULL);
         CHECK_STR(newest(&f, "t/a", &t), "-");
         CHECK_STR(newest(&f, "t/b", &t), "-");
-        q = expect_request(&f, KINF_TEST_LIST);
+        q = expect_request(&f, SC_LIST);
         CHECK_STR(q, PATH "?resourceVersion=0&limit=2");
         respond_str(&f, LIST("31", POD("a", "5")), bytewise);
         kinf_reflector_status_get(f.r, &st);
@@ -448,7 +453,7 @@ static void nul_in_uid_or_rv_is_refused(void)
         fx f = fx_new(0);
         kinf_reflector_status st;
         kinf_delta_type t;
-        expect_request(&f, KINF_TEST_LIST);
+        expect_request(&f, SC_LIST);
         respond_str(&f,
                     LIST("10", POD("a", "5") ",{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
                                               "\"resourceVersion\":\"1\\u00002\"}}"),
@@ -458,9 +463,9 @@ static void nul_in_uid_or_rv_is_refused(void)
         CHECK(strstr(st.last_error, "list item #2: metadata.uid or resourceVersion holds a NUL "
                                     "byte") != NULL);
         CHECK_STR(newest(&f, "t/a", &t), "-");
-        expect_request(&f, KINF_TEST_LIST);
+        expect_request(&f, SC_LIST);
         respond_str(&f, LIST("10", POD("a", "5")), bytewise);
-        expect_request(&f, KINF_TEST_WATCH);
+        expect_request(&f, SC_WATCH);
         respond_str(&f,
                     EV("ADDED", "{\"metadata\":{\"name\":\"c\",\"namespace\":\"t\",\"uid\":\"u"
                                 "\\u0000v\",\"resourceVersion\":\"11\"}}"),
@@ -474,14 +479,134 @@ static void nul_in_uid_or_rv_is_refused(void)
     }
 }
 
-static void cleanup(void)
+/* Reflectors created together drew the same random numbers (their RNG was seeded from the
+ * clock and their address): 8 informers on one client asked for the same timeoutSeconds and
+ * retried within milliseconds of each other after an outage. Each now seeds from the OS. */
+static void reflectors_made_together_draw_apart(void)
 {
-    kinf_client_unref(client);
-    client = NULL;
+    fx f[8];
+    long timeouts[8];
+    double waits[8];
+    int same_timeout = 1, same_wait = 1;
+    for (int i = 0; i < 8; i++)
+        f[i] = fx_new(0);
+    for (int i = 0; i < 8; i++) {
+        const char *q;
+        double t0;
+        expect_request(&f[i], SC_LIST);
+        respond_str(&f[i], LIST("10", ""), 0);
+        q = strstr(expect_request(&f[i], SC_WATCH), "timeoutSeconds=");
+        CHECK(q != NULL);
+        timeouts[i] = q ? atol(q + strlen("timeoutSeconds=")) : 0;
+        CHECK(timeouts[i] >= 300 && timeouts[i] < 600);
+        /* the watch fails: the retry waits for the backoff (0.8 s plus a jitter of up to 100%) */
+        sc_response(f[i].sc, 500, 0);
+        sc_end(f[i].sc, KINF_XFER_OK, "", 1.0);
+        t0 = f[i].sc->clock;
+        expect_request(&f[i], SC_LIST);
+        waits[i] = f[i].sc->clock - t0;
+        CHECK(waits[i] >= 0.8 && waits[i] < 1.6);
+    }
+    for (int i = 1; i < 8; i++) {
+        same_timeout &= timeouts[i] == timeouts[0];
+        same_wait &= waits[i] > waits[0] - 0.02 && waits[i] < waits[0] + 0.02;
+    }
+    CHECK(!same_timeout);
+    CHECK(!same_wait);
+    for (int i = 0; i < 8; i++)
+        fx_free(&f[i]);
+}
+
+/* A watch stream that ends cleanly in the middle of an event (a truncated last line) is
+ * re-watched from the last applied event's rv, as client-go does; it used to leave no trace
+ * but watch_restarts. Now it is an error (last_error, errors), and nothing of the cut line is
+ * applied. Fed whole and byte by byte. */
+static void watch_cut_at_a_clean_end_is_reported(void)
+{
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        fx f = fx_new(0);
+        kinf_reflector_status st;
+        kinf_delta_type t;
+        const char *q;
+        expect_request(&f, SC_LIST);
+        respond_str(&f, LIST("10", ""), bytewise);
+        expect_request(&f, SC_WATCH);
+        respond_str(&f, EV("ADDED", POD("c", "11")) "{\"type\":\"ADDED\",\"object\":{\"metadata\"",
+                    bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.events == 1 && st.watch_restarts == 1 && st.relists == 0);
+        CHECK(strstr(st.last_error, "watch " PATH ": stream ended inside an event") ==
+              st.last_error);
+        CHECK_STR(st.resource_version, "11");
+        CHECK_STR(newest(&f, "t/c", &t), "11");
+        q = expect_request(&f, SC_WATCH); /* no relist: from the last good rv */
+        CHECK(strstr(q, "&resourceVersion=11&") != NULL);
+        /* a stream that ends between lines is no error */
+        respond_str(&f, EV("ADDED", POD("d", "12")), bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(st.errors == 1 && st.events == 2);
+        fx_free(&f);
+    }
+}
+
+static int next_line(fx *f, const char **level, char *buf, size_t len)
+{
+    *level = "";
+    buf[0] = '\0';
+    return kinf_reflector_log_next(f->r, level, buf, len);
+}
+
+/* Failures were only in status(): nothing was logged. The reflector now queues a warn line for
+ * a failure of a new kind (not for the same one again within a minute) and one info line when
+ * a list completes after a logged failure. */
+static void failures_queue_log_lines(void)
+{
+    fx f = fx_new(0);
+    const char *level;
+    char line[KINF_REFLECTOR_LOG_MAX];
+    const char *forbidden = "{\"kind\":\"Status\",\"code\":403,\"reason\":\"Forbidden\","
+                            "\"message\":\"pods is forbidden: User \\\"x\\\" cannot list\"}";
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    for (int i = 0; i < 3; i++) {
+        expect_request(&f, SC_LIST);
+        sc_response(f.sc, 403, 0);
+        (void)sc_body(f.sc, forbidden, strlen(forbidden));
+        sc_end(f.sc, KINF_XFER_OK, "", 0.1);
+    }
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "warn");
+    CHECK_STR(line, "list " PATH ": 403 pods is forbidden: User \"x\" cannot list");
+    CHECK(next_line(&f, &level, line, sizeof line) == 0); /* the two repeats: not logged */
+    /* another kind: logged */
+    expect_request(&f, SC_LIST);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "warn");
+    CHECK_STR(line, "list " PATH ": Couldn't connect to server");
+    expect_request(&f, SC_LIST);
+    respond_str(&f, LIST("10", ""), 0);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(level, "info");
+    CHECK_STR(line, "list " PATH ": recovered after 4 failures");
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    /* the watch served: no second "recovered" */
+    expect_request(&f, SC_WATCH);
+    respond_str(&f, EV("ADDED", POD("c", "11")), 0);
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    /* the watch's own failure is a kind of its own: logged; its repeat within the minute not */
+    expect_request(&f, SC_WATCH);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 1);
+    CHECK_STR(line, "watch " PATH ": Couldn't connect to server");
+    expect_request(&f, SC_WATCH);
+    sc_end(f.sc, KINF_XFER_FAILED, "Couldn't connect to server", 0.1);
+    CHECK(next_line(&f, &level, line, sizeof line) == 0);
+    fx_free(&f);
 }
 
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
           TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
-          TEST(nul_in_uid_or_rv_is_refused), TEST(cleanup))
+          TEST(nul_in_uid_or_rv_is_refused), TEST(reflectors_made_together_draw_apart),
+          TEST(watch_cut_at_a_clean_end_is_reported), TEST(failures_queue_log_lines))

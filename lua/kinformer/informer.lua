@@ -222,6 +222,7 @@ function Informer:dispatch(max)
   end
   max = max or 100
   if not self._started or self._stopped then return 0 end
+  self._reflector:drain_log() -- the reflector's failure / recovery lines, logged on this thread
   local n = 0
   if self._pending > 0 then n = self:_drain(max) end
   if self._resync_check > 0 then

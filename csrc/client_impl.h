@@ -1,0 +1,70 @@
+/*
+ * client_impl.h - the client's state, shared by client.c (configuration, credentials, easy
+ * handles) and client_transport.c (the I/O thread and the reflectors' transport). Private.
+ *
+ * Threads: the configuration fields are immutable after kinf_client_new; `creds` is under
+ * creds_mu; the fields tagged [mu] under mu; [io] fields belong to the I/O thread.
+ */
+#ifndef KINF_CLIENT_IMPL_H
+#define KINF_CLIENT_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "client.h"
+
+struct kinf_client {
+    atomic_long refs;
+    char *server;               /* as configured, trailing slashes dropped (no secrets) */
+    char *base;                 /* what request URLs start with: server, or with
+                                   tls_server_name as the host */
+    char *host;                 /* the name TLS verifies, for messages */
+    char *user_agent, *proxy;
+    char *ca_file, *cert_file, *key_file;
+    char *ca_data, *cert_data, *key_data; /* PEM; key_data is wiped when freed */
+    struct curl_slist *headers; /* Accept (and Host with tls_server_name); no secrets */
+    struct curl_slist *connect_to; /* tls_server_name: the URL's real host and port */
+    int insecure;
+    long connect_timeout_ms;
+    kinf_creds *creds;          /* [creds_mu]: the I/O thread and blocking requests
+                                   (request.h) share it */
+    pthread_mutex_t creds_mu;   /* taken alone, never with mu; a refresh (exec plugin) runs
+                                   under it, so it may be held for the plugin's timeout */
+
+    pthread_mutex_t mu;
+    pthread_cond_t changed;     /* signalled when a detach completes */
+    CURLM *multi;               /* [io], except creation and curl_multi_wakeup */
+    kinf_pipe *pipe;            /* written by the I/O thread only (pipe.h) */
+    pthread_t thread;
+    int thread_running;         /* [mu] */
+    int stopping;               /* [mu] */
+    kinf_reflector **attached;  /* [mu] reflectors the I/O thread serves */
+    size_t nattached, cap;
+    kinf_reflector **detaching; /* [mu] requests not yet served; capacity `cap` too */
+    size_t ndetaching;
+    unsigned long detach_done;  /* [mu] generation counter for waiters */
+    struct kinf_xfer *xfers;    /* [io] the reflectors' transfers in flight (idle timers) */
+};
+
+/* What the client keeps per transfer (CURLOPT_PRIVATE): the credential generation the request
+ * was sent with (a 401 invalidates exactly that one) and libcurl's error detail; for a
+ * reflector's transfer (client_transport.c) also its callbacks, response and idle timer. */
+struct kinf_xfer {
+    kinf_client *c;
+    CURL *easy;
+    unsigned long cred_gen;
+    char errbuf[CURL_ERROR_SIZE];
+    kinf_xfer_callbacks cb;
+    long code;                  /* HTTP status once on_response ran */
+    double retry_after;         /* from a Retry-After header, 0: none */
+    int responded;              /* on_response ran */
+    double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
+    struct kinf_xfer *prev, *next; /* in c->xfers */
+};
+
+/* An easy handle as kinf_client_easy makes it; *x (its CURLOPT_PRIVATE) is zeroed but for c,
+ * easy and cred_gen. */
+CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **x, char *errbuf,
+                  size_t errlen);
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * client_transport.c - the client's I/O thread and the transport it gives reflectors
+ * (transport.h; kinf_client_transport in client.h).
+ *
+ * The I/O thread loops: take attach/detach requests, let each reflector start what its timers
+ * say (kinf_reflector_io_tick), run curl_multi_perform, hand finished transfers back to their
+ * callbacks (on_response if not done yet, then on_done), end transfers idle for longer than
+ * their idle_timeout, then sleep in curl_multi_poll until a socket is ready, the nearest
+ * reflector deadline or idle deadline passes, or another thread calls curl_multi_wakeup.
+ *
+ * Idle timer: every transfer keeps the kinf_now() of its last received byte (headers included,
+ * set in the header and write callbacks); the loop ends a transfer whose last byte is
+ * idle_timeout old as KINF_XFER_TIMEDOUT, and never sleeps past the nearest such deadline.
+ * (libcurl's low-speed check averages over its window and fired seconds late.)
+ *
+ * A finished transfer whose status is 401 marks the credential generation it carried as stale
+ * before its reflector sees the result; the reflector's normal error path (backoff, then a new
+ * request) then picks up a refreshed token. The pipe's scanner thread (pipe.h) consumes what
+ * the reflectors queue: the write callback copies body bytes into the pipe and returns at once.
+ * Both threads start with the first attach (the pipe's at its first write) and are joined by
+ * the last unref (client.c): the I/O thread first (it is the pipe's only writer), then the pipe.
+ *
+ * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
+ * c->xfers is the I/O thread's alone.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "client_impl.h"
+
+#define MAX_REFLECTORS_PER_CLIENT 4096
+#define RECV_BUFFER (128L * 1024)
+
+/* ---- transfers ---- */
+
+static void link_xfer(kinf_client *c, struct kinf_xfer *x)
+{
+    x->prev = NULL;
+    x->next = c->xfers;
+    if (c->xfers != NULL)
+        c->xfers->prev = x;
+    c->xfers = x;
+}
+
+/* Takes x off the multi handle and the idle list and frees it. */
+static void drop_xfer(kinf_client *c, struct kinf_xfer *x)
+{
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else if (c->xfers == x)
+        c->xfers = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    curl_multi_remove_handle(c->multi, x->easy); /* fine for a handle never added */
+    kinf_client_easy_free(x->easy);              /* frees x too (CURLOPT_PRIVATE) */
+}
+
+/* Runs on_response once, with the status libcurl has (none: not yet a response). */
+static void respond(struct kinf_xfer *x)
+{
+    long code = 0;
+    if (x->responded)
+        return;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code == 0)
+        return;
+    x->responded = 1;
+    x->code = code;
+    x->cb.on_response(x->cb.ud, code, x->retry_after);
+}
+
+static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
+{
+    struct kinf_xfer *x = ud;
+    size_t len = size * nitems;
+    x->last_byte = kinf_now();
+    if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
+        x->retry_after = strtod(data + 12, NULL);
+    return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct kinf_xfer *x = ud;
+    x->last_byte = kinf_now();
+    respond(x);
+    return x->cb.on_body(x->cb.ud, data, size * nmemb);
+}
+
+/* Ends x: on_response (when a response came and it did not run yet), x freed, then on_done
+ * (which may start the next transfer). */
+static void finish(kinf_client *c, struct kinf_xfer *x, kinf_xfer_result result,
+                   const char *msg)
+{
+    kinf_xfer_callbacks cb = x->cb;
+    respond(x);
+    drop_xfer(c, x);
+    cb.on_done(cb.ud, result, msg);
+}
+
+static kinf_xfer *t_get(void *impl, const char *path_query, double idle_timeout,
+                        const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen)
+{
+    kinf_client *c = impl;
+    struct kinf_xfer *x;
+    CURL *easy = client_easy(c, path_query, &x, errbuf, errlen);
+    int failed = 0;
+
+    if (easy == NULL)
+        return NULL;
+    x->cb = *cb;
+    x->idle = idle_timeout;
+    x->last_byte = kinf_now();
+    failed |= curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_WRITEDATA, x) != CURLE_OK;
+    /* Fewer, larger reads: a big list arrives in 128 KiB pieces instead of 16 KiB ones. */
+    failed |= curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, RECV_BUFFER) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_HEADERDATA, x) != CURLE_OK;
+    if (failed || curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
+        kinf_client_easy_free(easy);
+        kinf_errmsg(errbuf, errlen, "cannot start a transfer");
+        return NULL;
+    }
+    link_xfer(c, x);
+    return x;
+}
+
+static void t_abort(void *impl, kinf_xfer *x)
+{
+    if (x != NULL)
+        drop_xfer(impl, x);
+}
+
+/* Ends the transfers idle for their idle_timeout; returns the nearest idle deadline (or
+ * `next` when it is sooner) and counts the ended ones in *ended. */
+static double end_idle(kinf_client *c, double next, int *ended)
+{
+    struct kinf_xfer *x;
+    double now = kinf_now();
+again:
+    for (x = c->xfers; x != NULL; x = x->next) {
+        if (now - x->last_byte >= x->idle) {
+            char msg[64];
+            snprintf(msg, sizeof(msg), "no data for %.0f s", x->idle);
+            finish(c, x, KINF_XFER_TIMEDOUT, msg);
+            (*ended)++;
+            goto again; /* on_done may have started a transfer: the list changed */
+        }
+        if (x->last_byte + x->idle < next)
+            next = x->last_byte + x->idle;
+    }
+    return next;
+}
+
+/* ---- the I/O thread ---- */
+
+/* Serves pending detach requests. Called with mu held. */
+static void serve_detaches_locked(kinf_client *c)
+{
+    for (size_t i = 0; i < c->ndetaching; i++) {
+        kinf_reflector *r = c->detaching[i];
+        for (size_t j = 0; j < c->nattached; j++) {
+            if (c->attached[j] == r) {
+                c->attached[j] = c->attached[--c->nattached];
+                break;
+            }
+        }
+        kinf_reflector_io_detach(r);
+    }
+    if (c->ndetaching) {
+        c->ndetaching = 0;
+        c->detach_done++;
+        pthread_cond_broadcast(&c->changed);
+    }
+}
+
+static void *io_thread(void *arg)
+{
+    kinf_client *c = arg;
+    kinf_reflector *snapshot[64], **list = snapshot;
+    size_t cap = 64;
+
+    for (;;) {
+        double now, next;
+        size_t n;
+        int running, timeout_ms, queued, done = 0;
+        CURLMsg *msg;
+
+        pthread_mutex_lock(&c->mu);
+        serve_detaches_locked(c);
+        if (c->stopping) {
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        if (c->nattached > cap) {
+            kinf_reflector **grown = malloc(c->nattached * sizeof(*grown));
+            if (grown != NULL) {
+                if (list != snapshot)
+                    free(list);
+                list = grown;
+                cap = c->nattached;
+            }
+        }
+        n = c->nattached < cap ? c->nattached : cap;
+        memcpy(list, c->attached, n * sizeof(*list));
+        pthread_mutex_unlock(&c->mu);
+
+        /* Reflectors in `list` stay valid: only this thread forgets them (in
+         * serve_detaches_locked above), and a detacher waits for that. */
+        now = kinf_now();
+        next = now + 1.0;
+        for (size_t i = 0; i < n; i++) {
+            double due = kinf_reflector_io_tick(list[i], now);
+            if (due < next)
+                next = due;
+        }
+        curl_multi_perform(c->multi, &running);
+        while ((msg = curl_multi_info_read(c->multi, &queued)) != NULL) {
+            if (msg->msg == CURLMSG_DONE) {
+                CURL *easy = msg->easy_handle;
+                CURLcode result = msg->data.result;
+                struct kinf_xfer *x = NULL;
+                long code = 0;
+                char why[300] = "";
+                done++;
+                curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+                curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+                if (code == 401) /* refresh what this request carried before the next one */
+                    kinf_client_unauthorized(c, easy);
+                if (result != CURLE_OK)
+                    kinf_client_transfer_error(c, easy, result, why, sizeof(why));
+                /* msg is invalid once the handle is removed (in finish). */
+                finish(c, x, result == CURLE_OK ? KINF_XFER_OK : KINF_XFER_FAILED, why);
+            }
+        }
+        next = end_idle(c, next, &done);
+        now = kinf_now();
+        /* A finished transfer may have scheduled its follow-up (a retry after a short
+         * backoff, the next page) after `next` was computed: tick again before sleeping. */
+        timeout_ms = done || next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        if (timeout_ms > 1000)
+            timeout_ms = 1000;
+        if (timeout_ms > 0)
+            curl_multi_poll(c->multi, NULL, 0, timeout_ms, NULL);
+    }
+    if (list != snapshot)
+        free(list);
+    return NULL;
+}
+
+/* ---- the transport's other functions ---- */
+
+static kinf_err t_attach(void *impl, kinf_reflector *r)
+{
+    kinf_client *c = impl;
+    kinf_err err = KINF_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        err = KINF_ECLOSED;
+    } else if (c->nattached >= MAX_REFLECTORS_PER_CLIENT) {
+        err = KINF_EINVAL;
+    } else {
+        if (c->nattached == c->cap) {
+            /* The detach queue grows with the attached list, so detach never allocates. */
+            size_t ncap = c->cap ? c->cap * 2 : 8;
+            kinf_reflector **grown = realloc(c->attached, ncap * sizeof(*grown));
+            kinf_reflector **det = grown ? realloc(c->detaching, ncap * sizeof(*det)) : NULL;
+            if (grown != NULL)
+                c->attached = grown;
+            if (det != NULL) {
+                c->detaching = det;
+                c->cap = ncap;
+            } else {
+                err = KINF_ENOMEM;
+            }
+        }
+        if (err == KINF_OK && !c->thread_running) {
+            if (pthread_create(&c->thread, NULL, io_thread, c) != 0)
+                err = KINF_ENOMEM;
+            else
+                c->thread_running = 1;
+        }
+        if (err == KINF_OK) {
+            c->attached[c->nattached++] = r;
+            kinf_client_ref(c);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (err == KINF_OK)
+        curl_multi_wakeup(c->multi);
+    return err;
+}
+
+static void t_detach(void *impl, kinf_reflector *r)
+{
+    kinf_client *c = impl;
+    int found = 0;
+    unsigned long gen;
+
+    pthread_mutex_lock(&c->mu);
+    for (size_t j = 0; j < c->nattached; j++)
+        found |= c->attached[j] == r;
+    if (!found) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    /* Room was reserved at attach: detaching never allocates and so never fails. */
+    c->detaching[c->ndetaching++] = r;
+    gen = c->detach_done;
+    pthread_mutex_unlock(&c->mu);
+    curl_multi_wakeup(c->multi);
+    pthread_mutex_lock(&c->mu);
+    while (gen == c->detach_done)
+        pthread_cond_wait(&c->changed, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    kinf_client_unref(c);
+}
+
+static kinf_err t_queue(void *impl, kinf_pipe_fn fn, void *target, const char *buf, size_t len)
+{
+    return kinf_pipe_write(((kinf_client *)impl)->pipe, fn, target, buf, len);
+}
+
+static void t_flush(void *impl, void *target)
+{
+    kinf_pipe_flush(((kinf_client *)impl)->pipe, target);
+}
+
+static void t_cancel(void *impl, void *target)
+{
+    kinf_pipe_cancel(((kinf_client *)impl)->pipe, target);
+}
+
+static double t_now(void *impl)
+{
+    (void)impl;
+    return kinf_now();
+}
+
+static void t_retain(void *impl)
+{
+    kinf_client_ref(impl);
+}
+
+static void t_release(void *impl)
+{
+    kinf_client_unref(impl);
+}
+
+static const kinf_transport_ops CLIENT_TRANSPORT = {
+    t_attach, t_detach, t_get, t_abort, t_queue, t_flush, t_cancel, t_now, t_retain, t_release,
+};
+
+kinf_transport kinf_client_transport(kinf_client *c)
+{
+    kinf_transport t;
+    t.ops = &CLIENT_TRANSPORT;
+    t.impl = c;
+    return t;
+}
