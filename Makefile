@@ -22,8 +22,9 @@ all: lua54 $(if $(LUAJIT_CFLAGS),luajit)
 
 include mk/sources.mk
 
-# C tests: csrc/test/test_NAME.c for each NAME (fragments add variants of them).
-CTESTS = $(patsubst csrc/test/test_%.c,%,$(wildcard csrc/test/test_*.c))
+# C tests: csrc/test/test_NAME.c for each NAME, and jsonscan_scalar (mk/jsonscan.mk: the same test
+# against the scanner built without SSE2).
+CTESTS = $(patsubst csrc/test/test_%.c,%,$(wildcard csrc/test/test_*.c)) jsonscan_scalar
 
 # Objects. A build variant V compiles csrc/NAME.c once, with the command COMPILE_V, into
 # $(BUILD)/V/obj/NAME.o, and -MMD -MP records the headers it read in NAME.d (included at the

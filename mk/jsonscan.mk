@@ -5,8 +5,8 @@
 
 # The scanner's tests again against the scanner built without SSE2 (-DKINF_SCAN_SCALAR: the
 # portable code other architectures get), so both ways of building the masks of a dropped value
-# are tested. Only jsonscan.c and the test differ; the rest of the core is the sanitizer's.
-CTESTS += jsonscan_scalar
+# are tested (the Makefile's CTESTS names it). Only jsonscan.c and the test differ; the rest of
+# the core is the sanitizer's.
 
 define scalar_test
 $(BUILD)/$1/obj/jsonscan_scalar.o: csrc/jsonscan.c
