@@ -1,5 +1,5 @@
 /*
- * delta_fifo.h - the DeltaFIFO (client-go tools/cache DeltaFIFO), SEMANTICS.md section 3.
+ * delta_fifo.h - the DeltaFIFO (client-go tools/cache DeltaFIFO), docs/semantics.md, section 3.
  *
  * A thread-safe queue of keys; each queued key maps to its Deltas (oldest first, never empty).
  * A key is in the queue exactly when it has deltas; a key already queued keeps its place.
@@ -72,8 +72,8 @@ kinf_err kinf_fifo_add(kinf_fifo *f, kinf_object *obj);
 kinf_err kinf_fifo_update(kinf_fifo *f, kinf_object *obj);
 /* obj may be a tombstone (its key is used). */
 kinf_err kinf_fifo_delete(kinf_fifo *f, kinf_object *obj);
-/* Enqueues Replaced (EMIT_REPLACED) or Sync for each object, then the deletions of SEMANTICS 3.
- * rv is informational (kept for status). Tombstones in objs: KINF_EINVAL, nothing enqueued. */
+/* Enqueues Replaced (EMIT_REPLACED) or Sync for each object, then the deletions described in
+ * docs/semantics.md, section 3. rv is informational (kept for status). Tombstones in objs: KINF_EINVAL, nothing enqueued. */
 kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, const char *rv);
 /* The known store given to kinf_fifo_new (borrowed; NULL if none). */
 kinf_store *kinf_fifo_known(kinf_fifo *f);

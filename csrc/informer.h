@@ -1,6 +1,6 @@
 /*
  * informer.h - the processing step of a shared informer (client-go sharedIndexInformer's
- * HandleDeltas / processDeltas), SEMANTICS.md section 5, and the wake-up an event loop polls.
+ * HandleDeltas / processDeltas), docs/semantics.md, section 5, and the wake-up an event loop polls.
  *
  * Contract:
  * - kinf_informer_pop pops one key from the informer's DeltaFIFO (whose known objects are the

@@ -16,7 +16,7 @@
  * Errors at the Lua boundary: misuse (a wrong argument) raises at the caller's line; a runtime
  * failure returns nil, message, code (kl_fail), code being kinf_errname's stable name.
  *
- * Memory discipline (STYLE 14): C-owned references are held by a guard userdata on the Lua
+ * Memory discipline : C-owned references are held by a guard userdata on the Lua
  * stack before any call that may raise, so a Lua error never leaks them.
  */
 #ifndef KINF_LUA_KINF_H

@@ -1,4 +1,4 @@
--- SEMANTICS.md section 3: the DeltaFIFO, ported test by test from client-go tools/cache
+-- docs/semantics.md, section 3: the DeltaFIFO, ported test by test from client-go tools/cache
 -- delta_fifo_test.go (TestDeltaFIFO_*). client-go's testFifoObject{name, val} is
 -- { metadata = { name = name }, val = val }; its literalListerGetter (KnownObjects) is a
 -- kinformer.store holding the same objects. Deltas are compared by type and object content;

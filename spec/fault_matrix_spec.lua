@@ -1,9 +1,9 @@
--- The fault matrix (issue 9): one informer against the fake API server per fault, each scenario
+-- The fault matrix: one informer against the fake API server per fault, each scenario
 -- ending with the cache equal to the server's objects, every handler's history consistent
 -- (spec/support/history.lua: no duplicate adds, every vanished object got on_delete, maybe as a
 -- tombstone) and status() telling what happened. Scenarios stay small (a few dozen pods) and
 -- use tight backoffs; the outages last OUTAGE seconds and the no-dispatch pause PAUSE seconds
--- (the issue's 5 s and 30 s; KINFORMER_FAULT_OUTAGE / KINFORMER_FAULT_PAUSE override them).
+-- (5 s and 30 s by default; KINFORMER_FAULT_OUTAGE / KINFORMER_FAULT_PAUSE override them).
 local kinformer = require "kinformer"
 local core = require "kinformer.core"
 local socket = require "socket"

@@ -1,4 +1,4 @@
--- SEMANTICS.md section 1: keys (MetaNamespaceKeyFunc, DeletionHandlingMetaNamespaceKeyFunc,
+-- docs/semantics.md, section 1: keys (MetaNamespaceKeyFunc, DeletionHandlingMetaNamespaceKeyFunc,
 -- SplitMetaNamespaceKey) and DeletedFinalStateUnknown tombstones, as docs/api.md exposes them.
 local kinformer = require "kinformer"
 

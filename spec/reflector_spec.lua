@@ -1,4 +1,4 @@
--- The reflector against the fake API server: SEMANTICS.md section 4, each scenario asserting the
+-- The reflector against the fake API server: docs/semantics.md, section 4, each scenario asserting the
 -- exact requests it made and that the store it fed ends equal to the server's objects.
 -- Ports of client-go's reflector tests are named after them.
 local kinformer = require "kinformer"

@@ -1,4 +1,4 @@
--- SEMANTICS.md section 2: the indexed store (client-go ThreadSafeStore + Indexer), ported from
+-- docs/semantics.md, section 2: the indexed store (client-go ThreadSafeStore + Indexer), ported from
 -- client-go tools/cache store_test.go, index_test.go and thread_safe_store_test.go, plus the
 -- bad-input and decode-once guarantees of docs/api.md.
 local kinformer = require "kinformer"

@@ -1,5 +1,5 @@
 -- tools/soak.lua SECONDS [PODS]: a long run of one informer against the fake API server with churn
--- and random faults (issue 9). At the end the churn stops and the faults are cleared; the run
+-- and random faults. At the end the churn stops and the faults are cleared; the run
 -- passes when the cache and every handler's view equal the server's objects, RSS after warm-up
 -- grew less than 5%, and no file descriptor or thread leaked. Prints a report and exits 0 / 1.
 -- Usage: make soak SOAK_SECONDS=600   (or: lua5.4 tools/soak.lua 600)
