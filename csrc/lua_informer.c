@@ -479,18 +479,18 @@ static int l_wait(lua_State *L)
     return 1;
 }
 
+static const luaL_Reg LOOP_FUNCS[] = {
+    {"now", l_now},
+    {"wall_time", l_wall_time},
+    {"catch_signals", l_catch_signals},
+    {"wait", l_wait},
+    {"take_signal", l_take_signal},
+    {NULL, NULL},
+};
+
 void kl_open_loop(lua_State *L)
 {
-    lua_pushcfunction(L, l_now);
-    lua_setfield(L, -2, "now");
-    lua_pushcfunction(L, l_wall_time);
-    lua_setfield(L, -2, "wall_time");
-    lua_pushcfunction(L, l_catch_signals);
-    lua_setfield(L, -2, "catch_signals");
-    lua_pushcfunction(L, l_wait);
-    lua_setfield(L, -2, "wait");
-    lua_pushcfunction(L, l_take_signal);
-    lua_setfield(L, -2, "take_signal");
+    luaL_setfuncs(L, LOOP_FUNCS, 0);
 }
 
 static const luaL_Reg METHODS[] = {

@@ -69,63 +69,65 @@ local VIEW_METRICS = {
     "free_space" },
 }
 
+local function header(out, m)
+  out[#out + 1] = "# HELP " .. m[1] .. " " .. m[3]
+  out[#out + 1] = "# TYPE " .. m[1] .. " " .. m[2]
+end
+
+-- One metric family over every process's named members (views or informers), in name order:
+-- value(member, process) gives the sample (nil: none), labels(name, member, process) its labels.
+-- The HELP / TYPE lines come only when a sample does.
+local function per_member(out, m, procs, field, value, labels)
+  local head = false
+  for _, p in ipairs(procs) do
+    local members = type(p[field]) == "table" and p[field] or {}
+    local names = {}
+    for name in pairs(members) do names[#names + 1] = name end
+    table_sort(names)
+    for _, name in ipairs(names) do
+      local v = value(members[name], p)
+      if v ~= nil then
+        if not head then
+          header(out, m)
+          head = true
+        end
+        out[#out + 1] = string_format("%s{%s} %s", m[1], labels(name, members[name], p), num(v))
+      end
+    end
+  end
+end
+
 --- metrics.text(status) -> text
 function _M.text(status)
   local out = {}
   local procs = status.processes
   for _, m in ipairs(PROCESS_METRICS) do
-    out[#out + 1] = "# HELP " .. m[1] .. " " .. m[3]
-    out[#out + 1] = "# TYPE " .. m[1] .. " " .. m[2]
+    header(out, m)
     for _, p in ipairs(procs) do
       out[#out + 1] = string_format('%s{process="%s",pid="%s",model="%s"} %s', m[1],
         label_value(p.process), label_value(p.pid), label_value(p.model), num(p[m[4]]))
     end
   end
   for _, m in ipairs(VIEW_METRICS) do
-    local head = false
-    for _, p in ipairs(procs) do
-      local names = {}
-      for name in pairs(type(p.views) == "table" and p.views or {}) do names[#names + 1] = name end
-      table_sort(names)
-      for _, name in ipairs(names) do
-        local v = p.views[name][m[4]]
-        if v ~= nil then
-          if not head then
-            out[#out + 1] = "# HELP " .. m[1] .. " " .. m[3]
-            out[#out + 1] = "# TYPE " .. m[1] .. " " .. m[2]
-            head = true
-          end
-          out[#out + 1] = string_format('%s{view="%s",process="%s"} %s', m[1], label_value(name),
-            label_value(p.process), num(v))
-        end
-      end
-    end
+    per_member(out, m, procs, "views",
+      function(view) return view[m[4]] end,
+      function(name, _, p)
+        return string_format('view="%s",process="%s"', label_value(name), label_value(p.process))
+      end)
   end
   for _, m in ipairs(INFORMER_METRICS) do
-    local head = false
-    for _, p in ipairs(procs) do
-      local names = {}
-      for name in pairs(p.informers or {}) do names[#names + 1] = name end
-      table_sort(names)
-      for _, name in ipairs(names) do
-        local st = p.informers[name]
-        local f = m[4]
-        local v
-        if type(f) == "function" then v = f(st, p.age or 0) else v = st[f] end
-        if v ~= nil then
-          if not head then
-            out[#out + 1] = "# HELP " .. m[1] .. " " .. m[3]
-            out[#out + 1] = "# TYPE " .. m[1] .. " " .. m[2]
-            head = true
-          end
-          out[#out + 1] = string_format(
-            '%s{informer="%s",resource="%s",namespace="%s",process="%s"} %s', m[1],
-            label_value(name), label_value(st.resource or ""),
-            label_value(type(st.namespace) == "string" and st.namespace or ""),
-            label_value(p.process), num(v))
-        end
-      end
-    end
+    local f = m[4]
+    per_member(out, m, procs, "informers",
+      function(st, p)
+        if type(f) == "function" then return f(st, p.age or 0) end
+        return st[f]
+      end,
+      function(name, st, p)
+        return string_format('informer="%s",resource="%s",namespace="%s",process="%s"',
+          label_value(name), label_value(st.resource or ""),
+          label_value(type(st.namespace) == "string" and st.namespace or ""),
+          label_value(p.process))
+      end)
   end
   out[#out + 1] = ""
   return table_concat(out, "\n")
