@@ -100,18 +100,18 @@ static void finish(kinf_client *c, struct kinf_xfer *x, kinf_xfer_result result,
     cb.on_done(cb.ud, result, msg);
 }
 
-static kinf_xfer *t_get(void *impl, const char *path_query, double idle_timeout,
-                        const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen)
+static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfer_callbacks *cb,
+                        char *errbuf, size_t errlen)
 {
     kinf_client *c = impl;
     struct kinf_xfer *x;
-    CURL *easy = client_easy(c, path_query, &x, errbuf, errlen);
+    CURL *easy = client_easy(c, req->path_query, &x, errbuf, errlen);
     int failed = 0;
 
     if (easy == NULL)
         return NULL;
     x->cb = *cb;
-    x->idle = idle_timeout;
+    x->idle = req->idle_timeout;
     x->last_byte = kinf_now();
     failed |= curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
     failed |= curl_easy_setopt(easy, CURLOPT_WRITEDATA, x) != CURLE_OK;

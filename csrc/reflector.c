@@ -406,11 +406,15 @@ kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query)
 {
     static const kinf_xfer_callbacks cb_template = {NULL, on_response, on_body, on_done};
     kinf_xfer_callbacks cb = cb_template;
+    kinf_xfer_request req;
     char msg[512];
     kinf_xfer *x;
 
+    memset(&req, 0, sizeof(req));
+    req.path_query = path_query;
+    req.idle_timeout = r->idle_timeout;
     cb.ud = r;
-    x = r->tr.ops->get(r->tr.impl, path_query, r->idle_timeout, &cb, msg, sizeof(msg));
+    x = r->tr.ops->get(r->tr.impl, &req, &cb, msg, sizeof(msg));
     if (x == NULL)
         record_error(r, 0, NULL, "%s", msg);
     return x;

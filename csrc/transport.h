@@ -11,7 +11,8 @@
  * - attach(r) hands r to the transport's I/O thread, which from then on calls io_tick(r) in its
  *   loop (every second at least, and when the time io_tick returned comes) until detach(r),
  *   which returns once the I/O thread has called io_detach(r) and forgotten r.
- * - get() starts one GET of path_query. Its callbacks run on the I/O thread, never inside get()
+ * - get() starts one GET described by a kinf_xfer_request (copied: nothing of it is kept after
+ *   the call). Its callbacks run on the I/O thread, never inside get()
  *   itself, in this order:
  *   on_response once, when the status line and headers arrived (never for a transfer that got
  *   no response); on_body for each piece of the body (returning less than len aborts the
@@ -49,6 +50,12 @@ typedef enum kinf_xfer_result {
     KINF_XFER_FAILED    /* connection refused, TLS, DNS, dropped mid-body, aborted... */
 } kinf_xfer_result;
 
+/* What one GET asks for. New per-request settings (headers, encodings) go here. */
+typedef struct kinf_xfer_request {
+    const char *path_query;  /* "/api/v1/pods?watch=true&..." */
+    double idle_timeout;     /* seconds without a byte (headers included): KINF_XFER_TIMEDOUT */
+} kinf_xfer_request;
+
 typedef struct kinf_xfer_callbacks {
     void *ud;
     /* code: the HTTP status; retry_after: seconds of a Retry-After header (0: none). */
@@ -64,8 +71,8 @@ typedef struct kinf_transport_ops {
     void (*detach)(void *impl, kinf_reflector *r);
     /* NULL with a message (never holding secrets) when the request cannot be made. The
      * callbacks are copied. */
-    kinf_xfer *(*get)(void *impl, const char *path_query, double idle_timeout,
-                      const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen);
+    kinf_xfer *(*get)(void *impl, const kinf_xfer_request *req, const kinf_xfer_callbacks *cb,
+                      char *errbuf, size_t errlen);
     /* Ends x without calling on_done; accepts NULL. */
     void (*abort)(void *impl, kinf_xfer *x);
     kinf_err (*queue)(void *impl, kinf_pipe_fn fn, void *target, const char *buf, size_t len);

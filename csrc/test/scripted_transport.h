@@ -65,13 +65,12 @@ static void sc_detach(void *impl, kinf_reflector *r)
     }
 }
 
-static kinf_xfer *sc_get(void *impl, const char *path_query, double idle_timeout,
-                         const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen)
+static kinf_xfer *sc_get(void *impl, const kinf_xfer_request *req, const kinf_xfer_callbacks *cb,
+                         char *errbuf, size_t errlen)
 {
     scripted *sc = impl;
     kinf_xfer *x = calloc(1, sizeof(*x));
-    (void)idle_timeout;
-    if (x == NULL || (x->query = strdup(path_query)) == NULL || sc->cur != NULL) {
+    if (x == NULL || (x->query = strdup(req->path_query)) == NULL || sc->cur != NULL) {
         sc_free_xfer(x);
         kinf_errmsg(errbuf, errlen, sc->cur ? "two transfers at once" : "out of memory");
         return NULL;
