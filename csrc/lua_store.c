@@ -75,6 +75,11 @@ kinf_store *kl_test_store(lua_State *L, int idx)
     return ls ? ls->store : NULL;
 }
 
+kinf_store *kl_check_store(lua_State *L, int idx)
+{
+    return check_store(L, idx)->store;
+}
+
 /* Pushes the uservalue table of the store at index 1 and returns its stack index. */
 static int begin(lua_State *L)
 {
@@ -222,6 +227,16 @@ static int push_objects(lua_State *L, int uv, kl_guard *g, int keys_only)
         lua_rawseti(L, -2, (int)i + 1);
     }
     kl_guard_release(g);
+    return 1;
+}
+
+int kl_store_push_objects(lua_State *L, int idx, kl_guard *g, int keys_only)
+{
+    int uv;
+    kl_getuservalue(L, idx);
+    uv = lua_gettop(L);
+    push_objects(L, uv, g, keys_only);
+    lua_remove(L, uv);
     return 1;
 }
 
@@ -405,42 +420,6 @@ static int s_get(lua_State *L)
         return kl_fail(L, KINF_ENOKEY, msg);
     lua_replace(L, 2);
     return s_get_by_key(L);
-}
-
-/* list() and list_keys() take no arguments: a filter passed to them (list{ namespace = ... })
- * would otherwise be ignored silently and return everything. Trailing nils pass. */
-static void check_no_arguments(lua_State *L, const char *fname)
-{
-    for (int i = lua_gettop(L); i > 1; i--) {
-        if (!lua_isnil(L, i))
-            kl_argerror(L, i - 1, fname, "no arguments expected, got %s", luaL_typename(L, i));
-    }
-}
-
-static int list_common(lua_State *L, const char *fname, int keys_only)
-{
-    lstore *ls = check_store(L, 1);
-    kl_guard *g;
-    kinf_err err;
-    int uv;
-
-    check_no_arguments(L, fname);
-    lua_settop(L, 1);
-    uv = begin(L);
-    g = kl_push_guard(L);
-    if ((err = kinf_store_list(ls->store, &g->objs, &g->n)) != KINF_OK)
-        return kl_fail(L, err, NULL);
-    return push_objects(L, uv, g, keys_only);
-}
-
-static int s_list(lua_State *L)
-{
-    return list_common(L, "list", 0);
-}
-
-static int s_list_keys(lua_State *L)
-{
-    return list_common(L, "list_keys", 1);
 }
 
 static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
@@ -731,8 +710,8 @@ static const luaL_Reg METHODS[] = {
     {"replace", s_replace},
     {"get", s_get},
     {"get_by_key", s_get_by_key},
-    {"list", s_list},
-    {"list_keys", s_list_keys},
+    {"list", kl_store_list},
+    {"list_keys", kl_store_list_keys},
     {"by_index", s_by_index},
     {"index_keys", s_index_keys},
     {"index", s_index},

@@ -1,7 +1,8 @@
 /*
  * lua_store.h - the store userdata (lua_store.c) as the other binding files see it: the informer
  * (lua_informer.c) writes the C store behind a store userdata directly, from C, and a DeltaFIFO
- * (lua_fifo.c) takes a store as its known objects. Nothing else of lua_store.c is shared.
+ * (lua_fifo.c) takes a store as its known objects, and list / list_keys with their options live in
+ * lua_store_query.c. Nothing else of lua_store.c is shared.
  * Every function takes the Lua state and the stack index of the store userdata, and runs on the
  * thread that owns the state.
  */
@@ -12,10 +13,24 @@
 #include "object.h"
 
 struct kinf_store;
+struct kl_guard;
 
 /* The C store behind the store userdata at idx (borrowed), or NULL if the value is not one or
  * the store is closed. */
 struct kinf_store *kl_test_store(lua_State *L, int idx);
+
+/* The C store behind the store userdata at idx (borrowed); raises when the value is not one or
+ * the store is closed. */
+struct kinf_store *kl_check_store(lua_State *L, int idx);
+
+/* Pushes one array: the tables of the guarded objects (as the store hands them out, decoded once
+ * and cached by the store userdata at idx), or their keys when keys_only; releases the guard.
+ * Returns 1. */
+int kl_store_push_objects(lua_State *L, int idx, struct kl_guard *g, int keys_only);
+
+/* store:list(opts) and store:list_keys(opts) (lua_store_query.c). */
+int kl_store_list(lua_State *L);
+int kl_store_list_keys(lua_State *L);
 
 /* Makes the store at idx an informer's cache: from now on only the informer writes it; its
  * own write methods raise. */

@@ -106,6 +106,7 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
     }
     atomic_init(&obj->refs, 1);
     obj->flags = 0;
+    atomic_init(&obj->labels_at, 0);
     obj->inner = NULL;
     cur = (char *)(obj + 1);
     obj->json = put(&cur, json, json_len);
@@ -146,6 +147,7 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
     }
     atomic_init(&obj->refs, 1);
     obj->flags = KINF_OBJ_TOMBSTONE;
+    atomic_init(&obj->labels_at, 1);
     obj->json = NULL;
     obj->json_len = 0;
     obj->namespace_ = obj->name = obj->uid = obj->resource_version = "";

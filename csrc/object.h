@@ -6,7 +6,9 @@
  * the parsed metadata the core needs (namespace, name, uid, resourceVersion)
  * and the object's key ("ns/name", or "name" when the namespace is empty).
  * Everything lives in ONE allocation; nothing in a record changes after
- * kinf_object_new returns, so any thread may read it without a lock.
+ * kinf_object_new returns, so any thread may read it without a lock. The one exception is a
+ * cache: labels_at, where label selectors (labelselector.c) remember where metadata.labels
+ * starts; it is derived from the JSON, written atomically, and any thread may fill it.
  *
  * A tombstone ("DeletedFinalStateUnknown", DFSU) is a record too: flag
  * KINF_OBJ_TOMBSTONE, no JSON, its key, and optionally the last known object
@@ -32,6 +34,8 @@ typedef struct kinf_object kinf_object;
 struct kinf_object {
     atomic_long refs;
     unsigned flags;
+    atomic_uint labels_at;        /* offset of metadata.labels' '{' in json; 0: not looked up
+                                     yet, 1: none. Read and written only by labelselector.c */
     const char *json;             /* NUL-terminated; NULL for a tombstone */
     size_t json_len;
     const char *namespace_;       /* "" when cluster-scoped */

@@ -1,8 +1,8 @@
 /*
  * store.c - thread-safe indexed store (contract in store.h).
  *
- * Layout: `items` maps key -> item; each indexer (index.c) maps value -> bucket, a bucket maps
- * key -> item.
+ * Layout (store_impl.h): `items` maps key -> item; each indexer (index.c) maps value -> bucket,
+ * a bucket maps key -> item. Filtered reads are in store_select.c.
  * An item owns its key bytes (the maps point at them) and remembers, per indexer, the values it
  * was indexed under, so an update never has to call an index function on the old object.
  *
@@ -21,25 +21,7 @@
 
 #include "index.h"
 #include "map.h"
-
-typedef struct item {
-    kinf_object *obj;      /* [lock] one reference */
-    kinf_values **values;  /* [write_mu] per indexer, NULL = none; nvalues may lag nindexers */
-    size_t nvalues;        /* [write_mu] */
-    size_t key_len;
-    char key[];
-} item;
-
-struct kinf_store {
-    atomic_long refs;
-    pthread_mutex_t write_mu; /* error-checking: a re-entrant lock reports EDEADLK */
-    pthread_rwlock_t lock;
-    kinf_map items;             /* [lock] */
-    kinf_indexer **indexers;    /* [lock]; changed only with write_mu held too */
-    size_t nindexers, cap_indexers;
-    unsigned long index_errors; /* [lock] */
-    char last_index_error[256]; /* [lock] */
-};
+#include "store_impl.h"
 
 /* ---- object arrays ---- */
 
@@ -613,7 +595,7 @@ kinf_err kinf_store_list(kinf_store *s, kinf_object ***out, size_t *n)
     return e;
 }
 
-static kinf_indexer *find_indexer_locked(kinf_store *s, const char *name)
+kinf_indexer *kinf_store_find_indexer_locked(kinf_store *s, const char *name)
 {
     for (size_t i = 0; i < s->nindexers; i++) {
         if (strcmp(s->indexers[i]->name, name) == 0)
@@ -626,7 +608,7 @@ int kinf_store_has_index(kinf_store *s, const char *index)
 {
     int has;
     pthread_rwlock_rdlock(&s->lock);
-    has = find_indexer_locked(s, index) != NULL;
+    has = kinf_store_find_indexer_locked(s, index) != NULL;
     pthread_rwlock_unlock(&s->lock);
     return has;
 }
@@ -640,7 +622,7 @@ kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value
     kinf_err e;
 
     pthread_rwlock_rdlock(&s->lock);
-    ix = find_indexer_locked(s, index);
+    ix = kinf_store_find_indexer_locked(s, index);
     if (ix == NULL) {
         pthread_rwlock_unlock(&s->lock);
         return KINF_ENOTFOUND;
@@ -680,7 +662,7 @@ kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, ki
     kinf_err e;
 
     pthread_rwlock_rdlock(&s->lock);
-    ix = find_indexer_locked(s, index);
+    ix = kinf_store_find_indexer_locked(s, index);
     fn = ix ? ix->fn : NULL;
     ud = ix ? ix->ud : NULL;
     pthread_rwlock_unlock(&s->lock);
@@ -743,7 +725,7 @@ kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values *
 
     *out = NULL;
     pthread_rwlock_rdlock(&s->lock);
-    ix = find_indexer_locked(s, index);
+    ix = kinf_store_find_indexer_locked(s, index);
     if (ix != NULL) /* an unknown index has no values (client-go's ListIndexFuncValues) */
         e = kinf_indexer_values_locked(ix, out);
     pthread_rwlock_unlock(&s->lock);

@@ -110,6 +110,36 @@ kinf_err kinf_store_index_keys(kinf_store *s, const char *index, const char *val
  * on obj on this thread. Unknown index: KINF_ENOTFOUND; failing function: its error. */
 kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, kinf_object ***out,
                           size_t *n, char *errbuf, size_t errlen);
+/*
+ * A filtered read (controller-runtime's cached List with options): the objects in namespace
+ * `namespace_` (ptr NULL or len 0: every namespace, as client-go's NamespaceAll), whose values in
+ * each matches[i].index include matches[i].value, and for which filter (when not NULL) returns
+ * nonzero; unordered, as kinf_store_list.
+ * Only candidates are visited: the smallest of the key sets named (the built-in namespace
+ * index's set for the namespace, each index's set for its value) is walked and each of its
+ * objects checked against the others and the filter; with nothing to narrow by, every object.
+ * A store without the built-in namespace index compares each candidate's namespace instead.
+ * The filter runs on the calling thread under the store's read lock: it must not call the store,
+ * block or take other locks. An unknown index gives KINF_ENOTFOUND with *bad_match set to its
+ * position in matches.
+ */
+typedef int (*kinf_store_filter)(void *ud, const kinf_object *obj);
+
+typedef struct kinf_index_match {
+    const char *index; /* NUL-terminated index name */
+    kinf_str value;
+} kinf_index_match;
+
+typedef struct kinf_store_query {
+    kinf_str namespace_;
+    const kinf_index_match *matches;
+    size_t nmatches;
+    kinf_store_filter filter; /* NULL: none */
+    void *ud;
+} kinf_store_query;
+
+kinf_err kinf_store_select(kinf_store *s, const kinf_store_query *q, kinf_object ***out,
+                           size_t *n, size_t *bad_match);
 /* The values present in `index` (an unknown index gives an empty set, not an error). *out is
  * NULL when there are none; free with kinf_values_free. */
 kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out);

@@ -5,6 +5,8 @@
 #   make fuzz-jsonscan            the streaming JSON scanner (csrc/fuzz/fuzz_jsonscan.c)
 #   make fuzz-reflector           the reflector's list / watch framing through a scripted
 #                                 transport (csrc/fuzz/fuzz_reflector.c)
+#   make fuzz-labelselector       label selectors: the parser, and the matcher on any labels
+#                                 bytes (csrc/fuzz/fuzz_labelselector.c)
 #   make fuzz-coverage            replays each target's corpora (no fuzzing) in a build with
 #                                 clang source coverage and prints the line / branch coverage
 #                                 of the core files it exercises (llvm-cov report)
@@ -18,11 +20,12 @@ FUZZ_NICE    ?= 10
 FUZZ_CC      ?= clang
 FUZZ_FLAGS    = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=all
-FUZZ_TARGETS  = jsonscan reflector
+FUZZ_TARGETS  = jsonscan reflector labelselector
 # Per-target libFuzzer options: the reflector's inputs are response sequences, whose cost grows
 # with their length; 2 KiB holds several list pages and watch streams.
 FUZZ_ARGS_jsonscan  =
 FUZZ_ARGS_reflector = -max_len=2048
+FUZZ_ARGS_labelselector = -max_len=1024
 
 .PHONY: fuzz fuzz-coverage $(FUZZ_TARGETS:%=fuzz-%)
 
@@ -59,6 +62,7 @@ FUZZ_COV_FLAGS = -O1 -g -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-ma
 FUZZ_COV_FILES_jsonscan  = csrc/jsonscan.c
 FUZZ_COV_FILES_reflector = csrc/reflector.c csrc/reflector_list.c csrc/reflector_watch.c \
                            csrc/reflector_report.c csrc/jsonscan.c csrc/delta_fifo.c csrc/object.c
+FUZZ_COV_FILES_labelselector = csrc/labelselector.c csrc/labelmatch.c csrc/jsonspan.c
 
 COMPILE_fuzz-cov = $(FUZZ_CC) $(WARN) $(DEFS) -Icsrc $(FUZZ_COV_FLAGS)
 $(eval $(call compile_rule,fuzz-cov))
@@ -76,5 +80,6 @@ fuzz-coverage: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/cov_%)
 	    llvm-profdata merge -sparse -o $(BUILD)/fuzz/cov-$$t.profdata $(BUILD)/fuzz/cov-$$t.profraw; \
 	    echo "== $$t: $$(ls $(BUILD)/fuzz/corpus-$$t csrc/fuzz/corpus/$$t | wc -l) inputs"; \
 	    files="$(FUZZ_COV_FILES_jsonscan)"; [ $$t = reflector ] && files="$(FUZZ_COV_FILES_reflector)"; \
+	    [ $$t = labelselector ] && files="$(FUZZ_COV_FILES_labelselector)"; \
 	    llvm-cov report $(BUILD)/fuzz/cov_$$t -instr-profile=$(BUILD)/fuzz/cov-$$t.profdata $$files; \
 	done

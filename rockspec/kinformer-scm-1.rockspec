@@ -58,14 +58,15 @@ build = {
     ["kinformer.ngx.metrics"] = "lua/kinformer/ngx/metrics.lua",
     ["kinformer.core"] = {
       sources = {
-        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/delta_fifo.c",
+        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/store_select.c",
+        "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c",
         "csrc/reflector.c", "csrc/reflector_list.c", "csrc/reflector_watch.c",
         "csrc/reflector_report.c", "csrc/backoff.c", "csrc/query.c", "csrc/jsonspan.c",
-        "csrc/informer.c", "csrc/pipe.c",
+        "csrc/labelselector.c", "csrc/labelmatch.c", "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c", "csrc/exec_credential.c",
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_guard.c", "csrc/lua_decode.c",
-        "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
+        "csrc/lua_store.c", "csrc/lua_store_query.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
         "csrc/lua_informer.c",
       },
       defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },

@@ -332,18 +332,19 @@ describe("store", function()
     assert.same({}, store:by_index("empty", "v"))
   end)
 
-  it("list and list_keys take no arguments: a filter raises instead of being ignored", function()
+  it("list and list_keys take one options table: an unknown option raises instead of being ignored", function()
     local store = kinformer.store()
     for i = 1, 11 do store:add(pod("p" .. i, { namespace = i % 2 == 0 and "shop" or "other" })) end
     for _, method in ipairs({ "list", "list_keys" }) do
       local line = debug.getinfo(1, "l").currentline
       local ok, err = pcall(function() store[method](store, { namespace = "shop", label = "x" }) end)
       assert.is_false(ok)
-      assert.matches("bad argument #1 to '" .. method .. "'", err, 1, true)
+      assert.matches("bad argument #1 to '" .. method .. "' (unknown option 'label')", err, 1, true)
       assert.matches("store_spec.lua:" .. line + 1 .. ":", err, 1, true)
       assert.has_error(function() store[method](store, "shop") end)
       assert.equal(11, #store[method](store))
       assert.equal(11, #store[method](store, nil))
+      assert.equal(5, #store[method](store, { namespace = "shop" }))
     end
   end)
 

@@ -1,7 +1,9 @@
 /* test_store.c - the indexed store from C: index maintenance, failing and re-entrant index
- * functions, replace, add_indexers, and a writer racing readers (run under TSan). */
+ * functions, replace, add_indexers, filtered reads (kinf_store_select), and a writer racing
+ * readers (run under TSan). */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctest.h"
@@ -234,6 +236,137 @@ static void tombstones_are_not_stored(void)
 /* ---- a writer racing readers (ThreadSanitizer reports any data race) ---- */
 
 #define RACE_KEYS 200
+/* ---- kinf_store_select ---- */
+
+static kinf_err by_first(void *ud, kinf_object *obj, kinf_values **out, char *errbuf, size_t len)
+{
+    kinf_str v = {obj->name, 1};
+    (void)ud, (void)errbuf, (void)len;
+    *out = kinf_values_new(&v, 1);
+    return *out ? KINF_OK : KINF_ENOMEM;
+}
+
+static int node_is(void *ud, const kinf_object *obj)
+{
+    kinf_str n = node_of(obj);
+    return n.len == strlen(ud) && memcmp(n.ptr, ud, n.len) == 0;
+}
+
+static int by_key_cmp(const void *a, const void *b)
+{
+    return strcmp((*(kinf_object *const *)a)->key, (*(kinf_object *const *)b)->key);
+}
+
+/* The keys kinf_store_select returns (sorted, joined with ','): in namespace ns (NULL: all),
+ * with index/value pairs (NULL-terminated), filtered to node (NULL: no filter). */
+static const char *selected(kinf_store *s, const char *ns, const char *const *pairs,
+                            const char *node)
+{
+    static char buf[1024];
+    kinf_index_match m[16];
+    kinf_store_query q;
+    kinf_object **objs;
+    size_t n, nm = 0, bad = 99;
+    kinf_err e;
+
+    while (pairs != NULL && pairs[2 * nm] != NULL) {
+        m[nm].index = pairs[2 * nm];
+        m[nm].value.ptr = pairs[2 * nm + 1];
+        m[nm].value.len = strlen(pairs[2 * nm + 1]);
+        nm++;
+    }
+    memset(&q, 0, sizeof(q));
+    q.namespace_.ptr = ns;
+    q.namespace_.len = ns ? strlen(ns) : 0;
+    q.matches = m;
+    q.nmatches = nm;
+    q.filter = node ? node_is : NULL;
+    q.ud = (void *)node;
+    e = kinf_store_select(s, &q, &objs, &n, &bad);
+    if (e == KINF_ENOTFOUND) {
+        snprintf(buf, sizeof(buf), "(no index #%zu)", bad);
+        return buf;
+    }
+    if (e != KINF_OK)
+        return "(error)";
+    qsort(objs, n, sizeof(*objs), by_key_cmp);
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            strcat(buf, ",");
+        strcat(buf, objs[i]->key);
+    }
+    kinf_objects_free(objs, n);
+    return buf;
+}
+
+static void fill(kinf_store *s)
+{
+    add(s, "a", "p1", "n1");
+    add(s, "a", "p2", "n1");
+    add(s, "a", "q3", "n2");
+    add(s, "b", "p4", "n1");
+    add(s, "b", "q5", "n2");
+    add(s, "c", "p6", "n1");
+    add(s, "", "p7", "n1"); /* cluster-scoped */
+}
+
+static void select_narrows_by_namespace_and_indexes(void)
+{
+    kinf_store *s = new_store();
+    kinf_indexer_def def = {"by_first", by_first, NULL};
+    const char *n1[] = {"by_node", "n1", NULL};
+    const char *n2_q[] = {"by_node", "n2", "by_first", "q", NULL};
+    const char *n1_q[] = {"by_node", "n1", "by_first", "q", NULL};
+    const char *none[] = {"by_node", "n9", NULL};
+    const char *unknown[] = {"by_node", "n1", "nope", "x", NULL};
+    const char *many[] = {"by_node", "n1", "by_node", "n1", "by_node", "n1", "by_node", "n1",
+                          "by_node", "n1", "by_node", "n1", "by_node", "n1", "by_node", "n1",
+                          "by_first", "p", "namespace", "a", NULL}; /* over the stack array */
+
+    CHECK(kinf_store_add_indexers(s, &def, 1, NULL, 0) == KINF_OK);
+    fill(s);
+    CHECK_STR(selected(s, NULL, NULL, NULL), "a/p1,a/p2,a/q3,b/p4,b/q5,c/p6,p7");
+    CHECK_STR(selected(s, "", NULL, NULL), "a/p1,a/p2,a/q3,b/p4,b/q5,c/p6,p7"); /* "" = all */
+    CHECK_STR(selected(s, "a", NULL, NULL), "a/p1,a/p2,a/q3");
+    CHECK_STR(selected(s, "zz", NULL, NULL), "");
+    CHECK_STR(selected(s, "a", n1, NULL), "a/p1,a/p2");
+    CHECK_STR(selected(s, NULL, n1, NULL), "a/p1,a/p2,b/p4,c/p6,p7");
+    CHECK_STR(selected(s, NULL, n2_q, NULL), "a/q3,b/q5");
+    CHECK_STR(selected(s, "b", n2_q, NULL), "b/q5");
+    CHECK_STR(selected(s, NULL, n1_q, NULL), "");
+    CHECK_STR(selected(s, NULL, none, NULL), "");
+    CHECK_STR(selected(s, "a", NULL, "n2"), "a/q3");       /* the filter */
+    CHECK_STR(selected(s, NULL, n1, "n2"), "");
+    CHECK_STR(selected(s, NULL, unknown, NULL), "(no index #1)");
+    CHECK_STR(selected(s, NULL, many, NULL), "a/p1,a/p2");
+    kinf_store_unref(s);
+}
+
+static void select_without_the_builtin_namespace_index(void)
+{
+    kinf_err err;
+    kinf_store *plain = kinf_store_new(0, &err);
+    kinf_store *own = kinf_store_new(0, &err);
+    /* A user's index that happens to be called "namespace" is not the namespace. */
+    kinf_indexer_def def = {"namespace", by_node, NULL};
+
+    CHECK(plain != NULL && own != NULL);
+    CHECK(kinf_store_add_indexers(own, &def, 1, NULL, 0) == KINF_OK);
+    fill(plain);
+    fill(own);
+    CHECK_STR(selected(plain, "a", NULL, NULL), "a/p1,a/p2,a/q3");
+    CHECK_STR(selected(plain, "a", NULL, "n1"), "a/p1,a/p2");
+    CHECK_STR(selected(own, "a", NULL, NULL), "a/p1,a/p2,a/q3");
+    CHECK_STR(selected(own, "n2", NULL, NULL), "");
+    {
+        const char *ns_index[] = {"namespace", "n2", NULL};
+        CHECK_STR(selected(own, NULL, ns_index, NULL), "a/q3,b/q5");
+    }
+    kinf_store_unref(plain);
+    kinf_store_unref(own);
+}
+
 #define RACE_ROUNDS 30
 
 static void *writer(void *arg)
@@ -275,6 +408,15 @@ static void *reader(void *arg)
         kinf_object_unref(o);
         if (kinf_store_list(s, &objs, &n) == KINF_OK)
             kinf_objects_free(objs, n);
+        {
+            kinf_index_match m = {"by_node", {node, strlen(node)}};
+            kinf_store_query q = {{"ns", 2}, &m, 1, node_is, node};
+            if (kinf_store_select(s, &q, &objs, &n, NULL) == KINF_OK) {
+                for (size_t i = 0; i < n; i++)
+                    CHECK(strcmp(objs[i]->namespace_, "ns") == 0);
+                kinf_objects_free(objs, n);
+            }
+        }
     }
     return NULL;
 }
@@ -309,4 +451,5 @@ TEST_MAIN(TEST(update_moves_keys_between_values), TEST(delete_removes_from_every
           TEST(write_from_index_function_is_refused), TEST(replace_rebuilds_indexes),
           TEST(add_indexers_indexes_existing_items_and_detects_conflicts),
           TEST(index_unions_values_and_rejects_unknown_index), TEST(tombstones_are_not_stored),
-          TEST(writer_races_readers))
+          TEST(select_narrows_by_namespace_and_indexes),
+          TEST(select_without_the_builtin_namespace_index), TEST(writer_races_readers))

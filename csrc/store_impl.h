@@ -1,0 +1,38 @@
+/*
+ * store_impl.h - the store's layout, shared by store.c (writes and plain reads) and
+ * store_select.c (filtered reads). Nothing else includes it; the contract is store.h.
+ * Field annotations name the lock that guards each field (`lock` = the data rwlock).
+ */
+#ifndef KINF_STORE_IMPL_H
+#define KINF_STORE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "index.h"
+#include "map.h"
+#include "store.h"
+
+typedef struct item {
+    kinf_object *obj;      /* [lock] one reference */
+    kinf_values **values;  /* [write_mu] per indexer, NULL = none; nvalues may lag nindexers */
+    size_t nvalues;        /* [write_mu] */
+    size_t key_len;
+    char key[];
+} item;
+
+struct kinf_store {
+    atomic_long refs;
+    pthread_mutex_t write_mu; /* error-checking: a re-entrant lock reports EDEADLK */
+    pthread_rwlock_t lock;
+    kinf_map items;             /* [lock] */
+    kinf_indexer **indexers;    /* [lock]; changed only with write_mu held too */
+    size_t nindexers, cap_indexers;
+    unsigned long index_errors; /* [lock] */
+    char last_index_error[256]; /* [lock] */
+};
+
+/* The indexer called name, or NULL. Caller holds the data lock. */
+kinf_indexer *kinf_store_find_indexer_locked(kinf_store *s, const char *name);
+
+#endif
