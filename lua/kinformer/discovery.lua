@@ -123,9 +123,10 @@ local function add_list(idx, group, version, doc)
   end
 end
 
--- GET path -> decoded document, is_aggregated | nil, err
-local function get(c, path)
-  local status, body, _, ctype = c:request("GET", path, nil, nil, _M.TIMEOUT, nil, ACCEPT)
+-- GET path (accept: the Accept header, nil for plain JSON) -> decoded document, is_aggregated
+-- | nil, err
+local function get(c, path, accept)
+  local status, body, _, ctype = c:request("GET", path, nil, nil, _M.TIMEOUT, nil, accept)
   if status == nil then return nil, format("GET %s: %s", path, tostring(body)) end
   if status ~= 200 then
     local st = cjson.decode(body)
@@ -150,7 +151,7 @@ end
 -- The whole discovery -> index | nil, err
 local function fetch(c)
   local idx = new_index()
-  local api, agg = get(c, "/api")
+  local api, agg = get(c, "/api", ACCEPT)
   if not api then return nil, agg end
   if agg then
     add_aggregated(idx, api)
@@ -160,7 +161,7 @@ local function fetch(c)
     end
   end
   local apis
-  apis, agg = get(c, "/apis")
+  apis, agg = get(c, "/apis", ACCEPT)
   if not apis then return nil, agg end
   if agg then
     add_aggregated(idx, apis)

@@ -20,6 +20,7 @@ def negotiate(accept):
     for entry in (accept or "").split(","):
         parts = [p.strip() for p in entry.split(";")]
         params = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        params.pop("q", None)
         if parts[0] not in ("application/json", "*/*", "application/*"):
             continue  # protobuf and the rest: not served here
         if not params:

@@ -51,6 +51,9 @@ def _types(d):
     if not versions:
         errors.append(("spec.versions", "Invalid value: null: must have exactly one version "
                        "marked as storage version"))
+    for i, v in enumerate(versions):
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"]:
+            errors.append(("spec.versions[%d].name" % i, "Required value"))
     if errors:
         return [], errors
     out = []
