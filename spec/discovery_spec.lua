@@ -11,6 +11,7 @@ local fake = require "support.fake_apiserver"
 local socket = require "socket"
 
 local AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 local CUSTOM = { "--resource", "example.com/v1/widgets/Widget",
                  "--resource", "example.com/v1/clusterwidgets/ClusterWidget/cluster" }
 
@@ -115,7 +116,9 @@ describe("resource names from discovery", function()
     -- One aggregated discovery for all of that: two requests, no per-group-version document.
     assert.same({ "/api", "/apis" }, discovery_gets(srv))
     -- A cluster-scoped resource takes no namespace (a wrong argument, as before).
-    assert.has_error(function() client:resolve("clusterwidgets.example.com", { namespace = "x" }) end,
+    assert.has_error(function()
+      client:resolve("clusterwidgets.example.com", { namespace = "x" })
+    end,
       "bad argument #1 to 'resolve' (clusterwidgets is cluster-scoped: it takes no namespace)")
   end)
 
@@ -159,7 +162,7 @@ describe("resource names from discovery", function()
     local client = assert(kinformer.client{ server = srv.url })
     assert(client:resolve("pods"))
     assert.equal(2, #discovery_gets(srv))
-    local code, body = srv:request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    local code, body = srv:request("POST", CRDS,
       gizmo_crd("gizmos.example.com", "gizmos", "Namespaced", { "gz" }))
     assert.equal(201, code, body)
     assert.equal("True", body.status.conditions[2].status) -- Established
@@ -175,7 +178,7 @@ describe("resource names from discovery", function()
     assert.is_nil(client:resolve("nosuch"))
     assert.equal(4, #discovery_gets(srv))
     t = t + discovery.MIN_REFRESH
-    code = srv:request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    code = srv:request("POST", CRDS,
       gizmo_crd("doohickeys.example.com", "doohickeys", "Cluster", nil))
     assert.equal(201, code)
     local dh = assert(client:resolve("doohickeys.example.com"))
@@ -183,7 +186,7 @@ describe("resource names from discovery", function()
     assert.equal(6, #discovery_gets(srv))
     -- A malformed definition is refused as kube-apiserver refuses it, and serves nothing.
     local bad = gizmo_crd("wrong.example.com", "things", "Namespaced", nil)
-    code, body = srv:request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", bad)
+    code, body = srv:request("POST", CRDS, bad)
     assert.equal(422, code)
     assert.matches('must be spec.names.plural+"."+spec.group', body.message, 1, true)
     assert.equal(404, (srv:request("GET", "/apis/example.com/v1/things")))
@@ -195,7 +198,8 @@ describe("resource names from discovery", function()
     assert.is_nil(res)
     assert.equal("ENOTFOUND", code)
     assert.equal('unknown resource "deploymnt": did you mean deployments.apps?', err)
-    assert.matches("did you mean widgets.example.com", select(2, client:resolve("widgetz")), 1, true)
+    assert.matches("did you mean widgets.example.com", select(2, client:resolve("widgetz")), 1,
+      true)
     assert.matches("did you mean clusterwidgets.example.com",
       select(2, client:resolve("clusterwid")), 1, true)
     -- The right name in a group that does not serve it.
@@ -296,7 +300,8 @@ describe("resource names from discovery", function()
     local client = assert(kinformer.client{ server = legacy.url })
     assert.equal("/apis/apps/v1/namespaces/n/deployments",
       assert(client:resolve("deploy", { namespace = "n" })).path)
-    assert.equal("/apis/autoscaling/v2/horizontalpodautoscalers", assert(client:resolve("hpa")).path)
+    assert.equal("/apis/autoscaling/v2/horizontalpodautoscalers",
+      assert(client:resolve("hpa")).path)
     assert.equal("/apis/autoscaling/v1/horizontalpodautoscalers",
       assert(client:resolve("hpa.v1.autoscaling")).path)
     local cw = assert(client:resolve("ClusterWidget"))

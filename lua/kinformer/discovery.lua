@@ -134,7 +134,9 @@ local function get(c, path, accept)
     return nil, format("GET %s: HTTP %d%s", path, status, msg and (" " .. msg) or "")
   end
   local doc = cjson.decode(body)
-  if type(doc) ~= "table" then return nil, format("GET %s: the answer is not a JSON object", path) end
+  if type(doc) ~= "table" then
+    return nil, format("GET %s: the answer is not a JSON object", path)
+  end
   return doc, type(ctype) == "string" and ctype:find("as=APIGroupDiscoveryList", 1, true) ~= nil
 end
 
