@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "client_impl.h"
 
@@ -515,10 +516,23 @@ fail:
     return NULL;
 }
 
+/* Whether one of the NULL-terminated headers has the name of header h ("Name: value"). */
+static int header_named_in(const char *h, const char *const *list)
+{
+    const char *colon = strchr(h, ':');
+    size_t len = colon != NULL ? (size_t)(colon - h) : strlen(h);
+    for (size_t i = 0; list != NULL && list[i] != NULL; i++)
+        if (strncasecmp(list[i], h, len) == 0 && list[i][len] == ':')
+            return 1;
+    return 0;
+}
+
 struct curl_slist *kinf_client_headers(const kinf_client *c, const char *const *extra)
 {
     struct curl_slist *list = NULL, *more;
     for (const struct curl_slist *h = c->headers; h != NULL; h = h->next) {
+        if (header_named_in(h->data, extra))
+            continue;
         if ((more = curl_slist_append(list, h->data)) == NULL)
             goto nomem;
         list = more;

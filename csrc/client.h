@@ -85,7 +85,8 @@ kinf_transport kinf_client_transport(kinf_client *c);
  * its timeout). */
 CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, size_t errlen);
 /* A copy of the headers kinf_client_easy sets (Accept, Host with tls_server_name) followed by
- * `extra` (NULL-terminated, may be NULL); for a request that needs more, e.g. Content-Type.
+ * `extra` (NULL-terminated, may be NULL); for a request that needs more, e.g. Content-Type. An
+ * extra header replaces the client's header of the same name (e.g. another Accept).
  * Free with curl_slist_free_all after the handle. NULL when out of memory. */
 struct curl_slist *kinf_client_headers(const kinf_client *c, const char *const *extra);
 /* Disposes of a handle from kinf_client_easy that was never added to the I/O thread. */

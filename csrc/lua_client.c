@@ -284,8 +284,10 @@ static int c_server(lua_State *L)
     return 1;
 }
 
-/* client:request(method, path_query [, body, content_type [, timeout [, max_response_bytes]]])
- * -> status, body, retry_after | nil, err, code ("EIO", "ETOOBIG", "ENOMEM": kinf_errname).
+/* client:request(method, path_query [, body, content_type [, timeout [, max_response_bytes
+ *                [, accept]]]])
+ * -> status, body, retry_after (or nil), content_type | nil, err, code ("EIO", "ETOOBIG",
+ * "ENOMEM": kinf_errname).
  * Blocks this thread until the answer (request.h). */
 static int c_request(lua_State *L)
 {
@@ -311,6 +313,7 @@ static int c_request(lua_State *L)
             return luaL_argerror(L, 7, "max_response_bytes must be >= 1");
         req.max_response_bytes = max >= 9.0e18 ? (size_t)-1 : (size_t)max;
     }
+    req.accept = luaL_optstring(L, 8, NULL);
     if (req.path_query[0] != '/')
         return luaL_argerror(L, 3, "path must start with '/'");
     err = kinf_request_do(client, &req, &resp, msg, sizeof(msg));
@@ -326,7 +329,8 @@ static int c_request(lua_State *L)
         lua_pushnumber(L, resp.retry_after);
     else
         lua_pushnil(L);
-    return 3;
+    lua_pushstring(L, resp.content_type);
+    return 4;
 }
 
 static int c_reflector(lua_State *L)

@@ -65,8 +65,10 @@ static double retry_after(CURL *easy)
 static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *out,
                         int *got_401, char *errbuf, size_t errlen)
 {
-    char ctype[256];
-    const char *extra[3] = {"Expect:", NULL, NULL};
+    char ctype[256], accept[1024];
+    const char *extra[4] = {"Expect:", NULL, NULL, NULL};
+    const char *got_ctype = NULL;
+    size_t n = 1;
     struct curl_slist *headers = NULL;
     body_buf b = {NULL, 0, 0, 0, 0, 0};
     CURL *easy;
@@ -85,7 +87,15 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
             kinf_errmsg(errbuf, errlen, "content type too long");
             return KINF_EINVAL;
         }
-        extra[1] = ctype;
+        extra[n++] = ctype;
+    }
+    if (req->accept != NULL) {
+        if (snprintf(accept, sizeof(accept), "Accept: %s", req->accept) >= (int)sizeof(accept)) {
+            kinf_client_easy_free(easy);
+            kinf_errmsg(errbuf, errlen, "accept header too long");
+            return KINF_EINVAL;
+        }
+        extra[n++] = accept; /* replaces the client's default Accept (client.h) */
     }
     if ((headers = kinf_client_headers(c, extra)) == NULL) {
         kinf_client_easy_free(easy);
@@ -132,6 +142,8 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
         *got_401 = 1;
     }
     out->retry_after = retry_after(easy);
+    if (curl_easy_getinfo(easy, CURLINFO_CONTENT_TYPE, &got_ctype) == CURLE_OK && got_ctype != NULL)
+        snprintf(out->content_type, sizeof(out->content_type), "%s", got_ctype);
     if (b.p == NULL && (b.p = malloc(1)) == NULL) {
         kinf_errmsg(errbuf, errlen, "out of memory");
         err = KINF_ENOMEM;

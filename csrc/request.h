@@ -14,6 +14,9 @@
  * - A 401 answered to a refreshable credential (token file, exec plugin) marks it stale and the
  *   request is sent once more with the refreshed credential; a second 401 is returned as is.
  * - The body is sent as given (no encoding); content_type is required with a body.
+ * - accept, when set, replaces the client's "Accept: application/json" (discovery asks for
+ *   aggregated discovery this way); out->content_type is the response's Content-Type
+ *   (truncated to fit, "" when absent).
  *
  * Threads: any thread; several threads may run requests on one client at once.
  * Ownership: out->body is malloc'd (NUL-terminated) and belongs to the caller: free it with
@@ -38,6 +41,7 @@ typedef struct kinf_request {
     const char *content_type;  /* e.g. "application/merge-patch+json"; required with a body */
     double timeout;            /* whole request, seconds; 0: KINF_REQUEST_DEFAULT_TIMEOUT */
     size_t max_response_bytes; /* 0: KINF_REQUEST_DEFAULT_MAX_RESPONSE */
+    const char *accept;        /* NULL: the client's default (application/json) */
 } kinf_request;
 
 typedef struct kinf_response {
@@ -45,6 +49,7 @@ typedef struct kinf_response {
     char *body;         /* malloc'd, NUL-terminated (may be ""); caller frees */
     size_t len;
     double retry_after; /* seconds from a Retry-After header in seconds form; -1: none */
+    char content_type[256]; /* the response's Content-Type, "" when absent */
 } kinf_response;
 
 kinf_err kinf_request_do(kinf_client *c, const kinf_request *req, kinf_response *out,

@@ -35,6 +35,7 @@ build = {
   modules = {
     ["kinformer"] = "lua/kinformer/init.lua",
     ["kinformer.resources"] = "lua/kinformer/resources.lua",
+    ["kinformer.discovery"] = "lua/kinformer/discovery.lua",
     ["kinformer.config"] = "lua/kinformer/config.lua",
     ["kinformer.config.kubeconfig"] = "lua/kinformer/config/kubeconfig.lua",
     ["kinformer.config.incluster"] = "lua/kinformer/config/incluster.lua",

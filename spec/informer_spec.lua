@@ -419,7 +419,11 @@ describe("shared informer", function()
       assert.has_error(function() client:informer{ resource = "pods", bogus = 1 } end,
         "bad argument #1 to 'informer' (unknown option 'bogus')")
       assert.has_error(function() client:informer{ resource = "pods", resync = -1 } end)
-      assert.has_error(function() client:informer{ resource = "nosuchthings" } end)
+      -- A name the server does not know is a failure, not a wrong argument (docs/api.md).
+      local none, nerr, ncode = client:informer{ resource = "nosuchthings" }
+      assert.is_nil(none)
+      assert.equal("ENOTFOUND", ncode)
+      assert.matches('unknown resource "nosuchthings"', nerr, 1, true)
       local inf = track(new_informer{})
       assert.has_error(function() inf:add_handler{ on_add = 1 } end)
       assert.has_error(function() inf:add_handler{ on_create = function() end } end)

@@ -183,6 +183,20 @@ static void requests_while_watching(void)
     CHECK(resp.status == 404 && strstr(resp.body, "\"NotFound\"") != NULL);
     CHECK(resp.retry_after < 0);
     kinf_response_free(&resp);
+    /* accept replaces the client's Accept; the response's Content-Type comes back. */
+    req.path_query = "/apis";
+    req.accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+                 "application/json";
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK);
+    CHECK(resp.status == 200 && strstr(resp.body, "\"APIGroupDiscoveryList\"") != NULL);
+    CHECK(strcmp(resp.content_type,
+                 "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList") == 0);
+    kinf_response_free(&resp);
+    req.accept = NULL;
+    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK);
+    CHECK(resp.status == 200 && strstr(resp.body, "\"APIGroupList\"") != NULL);
+    CHECK(strcmp(resp.content_type, "application/json") == 0);
+    kinf_response_free(&resp);
     req.path_query = "/api/v1/pods";
     req.max_response_bytes = 100;
     CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_ETOOBIG);

@@ -19,7 +19,6 @@
 -- reaches only the handlers whose resync was due at the last check; until a check runs (and
 -- always when no resync is configured) that is every handler.
 local core = require "kinformer.core"
-local resources = require "kinformer.resources"
 local argcheck = require "kinformer.argcheck"
 local clock = require "kinformer.clock" -- clock.now is read at each use: a spec may replace it
 
@@ -50,8 +49,9 @@ local REFLECTOR_OPTS = {
 local OWN_OPTS = { resource = true, api_version = true, namespace = true, resync = true,
   transform = true }
 
--- Checks every option of a client:informer call (shared or not) -> res (resources.resolve).
-local function check_options(opts)
+-- Checks every option of a client:informer call (shared or not) -> res (the client's
+-- resolve) | nil, err, "ENOTFOUND" for an unknown resource name.
+local function check_options(client, opts)
   if type(opts) ~= "table" then raise(1, "informer", "table expected, got " .. type(opts)) end
   for k in pairs(opts) do
     if not REFLECTOR_OPTS[k] and not OWN_OPTS[k] then
@@ -65,8 +65,11 @@ local function check_options(opts)
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     raise(1, "informer", "option 'transform' must be a function")
   end
-  local res, err = resources.resolve(opts)
-  if not res then raise(1, "informer", err) end
+  local res, err, code = client._mapper:resolve(opts)
+  if not res then
+    if code == "ENOTFOUND" then return nil, err, code end
+    raise(1, "informer", err)
+  end
   return res
 end
 
@@ -81,7 +84,8 @@ local new
 -- client's live informer for the same resource, namespace and selectors when there is one (the
 -- options that change what is cached must agree, or it raises), else a new one.
 function _M.for_client(client, opts)
-  local res = check_options(opts)
+  local res, rerr, rcode = check_options(client, opts)
+  if not res then return nil, rerr, rcode end
   local key = share_key(opts, res)
   local shared = client._informers
   if not shared then

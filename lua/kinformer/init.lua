@@ -33,7 +33,7 @@ _M.tombstone = core.tombstone
 --- kinformer.is_tombstone(x) -> true for a DeletedFinalStateUnknown
 _M.is_tombstone = core.is_tombstone
 
-local resources = require "kinformer.resources"
+local discovery = require "kinformer.discovery"
 local config = require "kinformer.config"
 local shorten = require("kinformer.config.util").shorten
 
@@ -65,19 +65,38 @@ function _M.client(opts)
     end
     return nil, err, code
   end
-  return setmetatable({ _core = c, server = c:server(), namespace = namespace,
-                        context = context, source = source }, Client)
+  return setmetatable({ _core = c, _mapper = discovery.new(c), server = c:server(),
+                        namespace = namespace, context = context, source = source }, Client)
+end
+
+--- client:resolve(resource [, opts]) -> { group, version, resource, kind, namespaced,
+--   namespace, path } | nil, err, code
+-- How the client names a resource (docs/api.md, "Resource names"): kubectl's names ("pods",
+-- "pod", "po", "Pod", "deploy.apps", "deployments.v1.apps", "widgets.example.com") through the
+-- server's discovery, cached per client. opts: namespace, api_version. An unknown name returns
+-- nil, "unknown resource ...: did you mean ...?", "ENOTFOUND"; a bad value raises.
+local RESOLVE_OPTS = { namespace = true, api_version = true }
+function Client:resolve(resource, opts)
+  opts = argcheck.options(opts, RESOLVE_OPTS, "resolve", 2)
+  local res, err, code = self._mapper:resolve{ resource = resource, namespace = opts.namespace,
+                                               api_version = opts.api_version }
+  if not res and code ~= "ENOTFOUND" then raise(1, "resolve", err) end
+  return res, err, code
 end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
 --                    field_selector = ..., fifo = fifo, watch_list = false,
 --                    strip_managed_fields = true, page_size = 500, ... } -> reflector | nil, err
+-- The resource is named as for client:resolve (an unknown name: nil, err, "ENOTFOUND").
 -- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
 -- status(), last_sync_resource_version(). See docs/reflector.md.
 function Client:reflector(opts)
   if type(opts) ~= "table" then raise(1, "reflector", "table expected, got " .. type(opts)) end
-  local res, err = resources.resolve(opts)
-  if not res then raise(1, "reflector", err) end
+  local res, err, code = self._mapper:resolve(opts)
+  if not res then
+    if code == "ENOTFOUND" then return nil, err, code end
+    raise(1, "reflector", err)
+  end
   local o = {}
   for k, v in pairs(opts) do
     if k ~= "resource" and k ~= "namespace" and k ~= "api_version" then o[k] = v end

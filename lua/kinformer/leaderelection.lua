@@ -27,6 +27,10 @@ local type, tostring, pairs, pcall = type, tostring, pairs, pcall
 local math_random, math_max, math_min = math.random, math.max, math.min
 local os_date = os.date
 
+-- Leases are built in: named by a table, they resolve without the server's discovery.
+local LEASES = { group = "coordination.k8s.io", version = "v1", resource = "leases",
+                 namespaced = true }
+
 local Elector = {}
 Elector.__index = Elector
 
@@ -157,14 +161,14 @@ local function try_acquire_or_renew(self, now)
                                       timeout = math_max(1, self.retry_period) }
   self.attempts = self.attempts + 1
   local stamp = micro_time(self)
-  local lease, err = client:get("leases.coordination.k8s.io", self.name, opts)
+  local lease, err = client:get(LEASES, self.name, opts)
   if not lease then
     if err.code ~= 404 then return fail(self, err) end
     local spec = { holderIdentity = self.identity,
                    leaseDurationSeconds = math.ceil(self.lease_duration),
                    acquireTime = stamp, renewTime = stamp, leaseTransitions = 0 }
     local created
-    created, err = client:create("leases.coordination.k8s.io", {
+    created, err = client:create(LEASES, {
       apiVersion = "coordination.k8s.io/v1", kind = "Lease",
       metadata = { name = self.name, namespace = self.namespace }, spec = spec }, opts)
     if not created then return fail(self, err) end
@@ -192,7 +196,7 @@ local function try_acquire_or_renew(self, now)
   end
   lease.spec = new
   local updated
-  updated, err = client:update("leases.coordination.k8s.io", lease, opts)
+  updated, err = client:update(LEASES, lease, opts)
   if not updated then return fail(self, err) end -- 409: someone else wrote first
   observe(self, updated, updated.spec or new, now)
   self.last_error = nil
@@ -263,13 +267,13 @@ function Elector:stop()
   self.stopped = true
   if self.leading and self.release_on_cancel then
     local opts = { namespace = self.namespace, timeout = math_max(1, self.retry_period) }
-    local lease, err = self.client:get("leases.coordination.k8s.io", self.name, opts)
+    local lease, err = self.client:get(LEASES, self.name, opts)
     if lease and type(lease.spec) == "table" and lease.spec.holderIdentity == self.identity then
       local stamp = micro_time(self)
       lease.spec = { holderIdentity = "", leaseDurationSeconds = 1, renewTime = stamp,
                      acquireTime = stamp, leaseTransitions = lease.spec.leaseTransitions }
       local ok
-      ok, err = self.client:update("leases.coordination.k8s.io", lease, opts)
+      ok, err = self.client:update(LEASES, lease, opts)
       if not ok then log("warn", "failed to release lease: " .. tostring(err)) end
     elseif not lease then
       log("warn", "failed to release lease: " .. tostring(err))

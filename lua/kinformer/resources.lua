@@ -1,9 +1,20 @@
---- kinformer.resources: resource names -> API paths, without discovery.
--- resolve{ resource = "pods" | "deployments.apps" | "endpointslices.discovery.k8s.io"
---          | "widgets.v1.example.com" | { group = g, version = v, resource = r, namespaced = b },
---          api_version = "apps/v1" (optional), namespace = "ns" (optional) }
---   -> { group, version, resource, namespaced, path } | nil, err
-local type, tostring = type, tostring
+--- kinformer.resources (internal): resource names -> API paths without discovery: the offline
+-- table of built-in Kubernetes resources, and the paths of a resolved resource.
+--
+-- Contract:
+-- - Names resolve through the server's discovery (kinformer.discovery); this table is used only
+--   where no request is wanted or possible: a `{ group, version, resource, namespaced }` table,
+--   `api_version` with a resource this table knows in that group, and the fallback when the
+--   server's discovery cannot be reached.
+-- - resolve{ resource = "pods" | "deployments.apps" | "endpointslices.discovery.k8s.io"
+--            | "widgets.v1.example.com" | { group = g, version = v, resource = r, namespaced = b },
+--            api_version = "apps/v1" (optional), namespace = "ns" (optional) }
+--   -> { group, version, resource, namespaced, namespace, path }
+--   | nil, err, code: "ENOTFOUND" for a name this table does not know, "EINVAL" for a bad value.
+-- - build(mapping, namespace) -> the same table for a resolved { group, version, resource,
+--   namespaced [, kind] } | nil, err, "EINVAL" (a bad namespace, or one for a cluster-scoped
+--   resource).
+local type, tostring, pairs = type, tostring, pairs
 
 local _M = {}
 
@@ -35,9 +46,18 @@ local KNOWN = {
   customresourcedefinitions = { "apiextensions.k8s.io", "v1", false },
 }
 
-local function known_in_group(resource, group)
+--- resources.builtin(resource, group) -> version, namespaced when the table knows the plural
+-- resource in that group (any group when group is nil), else nil.
+function _M.builtin(resource, group)
   local k = KNOWN[resource]
-  if k and k[1] == group then return k end
+  if k and (group == nil or k[1] == group) then return k[2], k[3], k[1] end
+end
+
+--- resources.names() -> { "pods", "deployments.apps", ... }: the table's names (for near matches).
+function _M.names()
+  local out = {}
+  for r, k in pairs(KNOWN) do out[#out + 1] = k[1] == "" and r or (r .. "." .. k[1]) end
+  return out
 end
 
 --- Splits "deployments.apps" / "widgets.v1.example.com" like kubectl's resource.version.group.
@@ -49,53 +69,67 @@ local function parse_name(name)
   return resource, rest, nil
 end
 
+--- resources.api_version(s) -> group, version ("" group for "v1") | nil, err
+function _M.api_version(s)
+  if type(s) ~= "string" or s == "" then return nil, "api_version must be a string" end
+  local g, v = s:match("^([^/]+)/([^/]+)$")
+  if g then return g, v end
+  if s:find("/", 1, true) then return nil, "api_version must be \"group/version\" or \"v1\"" end
+  return "", s
+end
+
+function _M.build(m, ns)
+  if ns ~= nil and (type(ns) ~= "string" or ns:find("/", 1, true)) then
+    return nil, "namespace must be a string without '/'", "EINVAL"
+  end
+  if ns == "" then ns = nil end
+  if ns and not m.namespaced then
+    return nil, ("%s is cluster-scoped: it takes no namespace"):format(m.resource), "EINVAL"
+  end
+  local group, version = m.group, m.version
+  local path = (group == "" and "/api/" .. version or "/apis/" .. group .. "/" .. version)
+    .. (ns and "/namespaces/" .. ns or "") .. "/" .. m.resource
+  return { group = group, version = version, resource = m.resource, kind = m.kind,
+           namespaced = m.namespaced, namespace = ns, path = path }
+end
+
 function _M.resolve(opts)
   local spec, group, version, resource, namespaced = opts.resource
   if type(spec) == "table" then
     group, version, resource = spec.group or "", spec.version, spec.resource
     namespaced = spec.namespaced
     if type(resource) ~= "string" or type(version) ~= "string" or type(group) ~= "string" then
-      return nil, "resource table needs string fields group, version and resource"
+      return nil, "resource table needs string fields group, version and resource", "EINVAL"
     end
   elseif type(spec) == "string" and spec ~= "" then
     resource, group, version = parse_name(spec)
   else
-    return nil, "resource must be a name like \"pods\" or a table { group, version, resource }"
+    return nil, "resource must be a name like \"pods\" or a table { group, version, resource }",
+      "EINVAL"
   end
   if opts.api_version ~= nil then
-    if type(opts.api_version) ~= "string" then return nil, "api_version must be a string" end
-    local g, v = opts.api_version:match("^([^/]+)/([^/]+)$")
-    if not g then g, v = "", opts.api_version end
+    local g, v = _M.api_version(opts.api_version)
+    if not g then return nil, v, "EINVAL" end
     if group and group ~= g then
-      return nil, ("api_version %s does not match the group of %s"):format(opts.api_version, tostring(spec))
+      return nil, ("api_version %s does not match the group of %s"):format(opts.api_version,
+        tostring(spec)), "EINVAL"
     end
     group, version = g, v
   end
-  local k = known_in_group(resource, group or "")
-  if k == nil and group == nil then k = KNOWN[resource] end
-  if k then
-    group = group or k[1]
-    version = version or k[2]
-    if namespaced == nil then namespaced = k[3] end
+  local kv, kns, kg = _M.builtin(resource, group)
+  if kv then
+    group = group or kg
+    version = version or kv
+    if namespaced == nil then namespaced = kns end
   end
   if not version then
     return nil, ("unknown resource %q: give api_version = \"group/version\" or "
-      .. "resource = { group = ..., version = ..., resource = ... }"):format(tostring(spec))
+      .. "resource = { group = ..., version = ..., resource = ... }"):format(tostring(spec)),
+      "ENOTFOUND"
   end
-  group = group or ""
   if namespaced == nil then namespaced = true end
-  local ns = opts.namespace
-  if ns ~= nil and (type(ns) ~= "string" or ns:find("/", 1, true)) then
-    return nil, "namespace must be a string without '/'"
-  end
-  if ns == "" then ns = nil end
-  if ns and not namespaced then
-    return nil, ("%s is cluster-scoped: it takes no namespace"):format(resource)
-  end
-  local path = (group == "" and "/api/" .. version or "/apis/" .. group .. "/" .. version)
-    .. (ns and "/namespaces/" .. ns or "") .. "/" .. resource
-  return { group = group, version = version, resource = resource, namespaced = namespaced,
-           namespace = ns, path = path }
+  return _M.build({ group = group or "", version = version, resource = resource,
+                    namespaced = namespaced }, opts.namespace)
 end
 
 return _M

@@ -19,6 +19,9 @@
 --   work queue hands out). A namespaced resource's namespace comes from the key, else
 --   opts.namespace, else (create/update) the object's metadata.namespace, else the client's
 --   namespace (the kubeconfig context's, "default"). list without a namespace lists all.
+-- - Resources are named as for client:resolve (kinformer.discovery: the server's discovery,
+--   cached per client). An unknown name returns nil, err with err.reason "UnknownResource"
+--   (code 0) and a message listing near matches.
 local cjson = require "cjson.safe"
 
 local resources = require "kinformer.resources"
@@ -102,10 +105,21 @@ local function add_param(params, name, value)
   if value ~= nil then params[#params + 1] = name .. "=" .. escape(tostring(value)) end
 end
 
--- -> res (resources.resolve) for resource + namespace; raises on a bad resource.
-local function resolve(fname, resource, namespace, api_version)
-  local res, err = resources.resolve{ resource = resource, namespace = namespace,
-                                      api_version = api_version }
+-- -> res (the client's resolve) for resource + namespace | nil, err for an unknown resource;
+-- raises on a bad resource or namespace.
+local function resolve(self, fname, resource, namespace, api_version)
+  local res, err, code = self._mapper:resolve{ resource = resource, namespace = namespace,
+                                               api_version = api_version }
+  if res then return res end
+  if code == "ENOTFOUND" then
+    return nil, new_error{ code = 0, reason = "UnknownResource", message = err }
+  end
+  raise(1, fname, err)
+end
+
+-- res for a resolved resource in namespace ns; raises on a bad namespace.
+local function in_namespace(fname, probe, ns)
+  local res, err = resources.build(probe, ns)
   if not res then raise(1, fname, err) end
   return res
 end
@@ -121,9 +135,10 @@ local function split_name(fname, n, name)
   return nil, name
 end
 
--- The path of one object (and subresource) of a resource.
+-- The path of one object (and subresource) of a resource | nil, err for an unknown resource.
 local function object_path(self, fname, resource, ns, name, opts, sub)
-  local probe = resolve(fname, resource, nil, opts.api_version)
+  local probe, err = resolve(self, fname, resource, nil, opts.api_version)
+  if not probe then return nil, err end
   if probe.namespaced then
     ns = ns or opts.namespace or self.namespace or "default"
   elseif ns and ns ~= "" then
@@ -131,7 +146,7 @@ local function object_path(self, fname, resource, ns, name, opts, sub)
   else
     ns = nil
   end
-  local res = resolve(fname, resource, ns, opts.api_version)
+  local res = in_namespace(fname, probe, ns)
   return res.path .. "/" .. escape(name) .. (sub and "/" .. sub or "")
 end
 
@@ -185,7 +200,8 @@ end
 function _M.get(self, resource, name, opts)
   opts = check_opts("get", 3, opts)
   local ns, nm = split_name("get", 2, name)
-  local path = object_path(self, "get", resource, ns, nm, opts)
+  local path, err = object_path(self, "get", resource, ns, nm, opts)
+  if not path then return nil, err end
   local params = {}
   add_param(params, "resourceVersion", opts.resource_version)
   return call(self, "GET", path .. query(params), nil, nil, opts)
@@ -197,7 +213,8 @@ end
 -- list (pages of 500); with `limit`, returns that page and its metadata.continue.
 function _M.list(self, resource, opts)
   opts = check_opts("list", 2, opts)
-  local res = resolve("list", resource, opts.namespace, opts.api_version)
+  local res, rerr = resolve(self, "list", resource, opts.namespace, opts.api_version)
+  if not res then return nil, rerr end
   local base = {}
   add_param(base, "labelSelector", opts.label_selector)
   add_param(base, "fieldSelector", opts.field_selector)
@@ -236,10 +253,11 @@ local function ns_of(md) return type(md.namespace) == "string" and md.namespace 
 function _M.create(self, resource, obj, opts)
   opts = check_opts("create", 3, opts)
   local md = check_object("create", 2, obj)
-  local probe = resolve("create", resource, nil, opts.api_version)
+  local probe, err = resolve(self, "create", resource, nil, opts.api_version)
+  if not probe then return nil, err end
   local ns
   if probe.namespaced then ns = opts.namespace or ns_of(md) or self.namespace or "default" end
-  local res = resolve("create", resource, ns, opts.api_version)
+  local res = in_namespace("create", probe, ns)
   return call(self, "POST", res.path .. query(write_params(opts)), body_of("create", obj),
               "application/json", opts)
 end
@@ -248,7 +266,9 @@ local function put(self, fname, resource, obj, opts, sub)
   opts = check_opts(fname, 3, opts)
   local md = check_object(fname, 2, obj)
   if type(md.name) ~= "string" or md.name == "" then raise(2, fname, "object has no metadata.name") end
-  local path = object_path(self, fname, resource, opts.namespace or ns_of(md), md.name, opts, sub)
+  local path, err = object_path(self, fname, resource, opts.namespace or ns_of(md), md.name, opts,
+                                sub)
+  if not path then return nil, err end
   return call(self, "PUT", path .. query(write_params(opts)), body_of(fname, obj),
               "application/json", opts)
 end
@@ -287,7 +307,8 @@ function _M.patch(self, resource, name, patch, opts)
   end
   local params = write_params(opts)
   if ptype == "apply" and opts.force then params[#params + 1] = "force=true" end
-  local path = object_path(self, "patch", resource, ns, nm, opts)
+  local path, err = object_path(self, "patch", resource, ns, nm, opts)
+  if not path then return nil, err end
   return call(self, "PATCH", path .. query(params), body, ctype, opts)
 end
 
@@ -298,7 +319,8 @@ end
 function _M.delete(self, resource, name, opts)
   opts = check_opts("delete", 3, opts)
   local ns, nm = split_name("delete", 2, name)
-  local path = object_path(self, "delete", resource, ns, nm, opts)
+  local path, err = object_path(self, "delete", resource, ns, nm, opts)
+  if not path then return nil, err end
   local body
   if opts.propagation_policy or opts.grace_period_seconds or opts.preconditions then
     body = cjson.encode{ kind = "DeleteOptions", apiVersion = "v1",

@@ -21,7 +21,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import tables
+from . import aggregated, crds, tables
 from .faults import LINE_FAULTS
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
@@ -467,6 +467,8 @@ class App:
     def route(self, x):
         p = x.path.rstrip("/") or "/"
         if x.method == "GET":
+            if aggregated.answer(self, x, p):
+                return
             doc = self.discovery(p)
             if doc is not None:
                 x.send_json(200, doc)
@@ -501,7 +503,9 @@ class App:
             if rt.namespaced and ns is None:
                 raise ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
-            obj = self.store.create(rt, ns, x.json_body(), dry_run=dry_run(x, "Create"))
+            dry = dry_run(x, "Create")
+            obj = self.store.create(rt, ns, crds.admit(rt, x.json_body()), dry_run=dry)
+            crds.created(self, rt, obj, dry)
             return x.send_bytes(201, obj.full(rt))
         if m == "PUT" and name is not None:
             obj = self.store.update(rt, ns or "", name, x.json_body(), sub,

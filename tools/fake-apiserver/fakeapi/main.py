@@ -55,6 +55,9 @@ def parse_args(argv):
       help="serve resourceVersion=0 lists in one page, ignoring limit, like the watch cache")
     a("--resource", action="append", default=[], metavar="GROUP/VERSION/PLURAL/KIND[/cluster]",
       help="serve a custom resource (repeatable)")
+    a("--no-aggregated-discovery", action="store_true",
+      help="answer GET /api and /apis with the legacy documents only, like a server before "
+           "Kubernetes 1.26 (default: aggregated discovery for clients that ask for it)")
     a("--fault", action="append", default=[], metavar="JSON",
       help="a fault rule or a JSON list of rules (repeatable)")
     a("--pods", type=int, default=0, metavar="N",

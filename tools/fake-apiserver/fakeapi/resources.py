@@ -6,6 +6,7 @@ joining these prefixes with an object's cached JSON bytes, never by re-serializi
 """
 
 import json
+import re
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -34,7 +35,7 @@ class ResourceType:
     """One served resource (group/version/plural) and its precomputed byte prefixes."""
 
     def __init__(self, group, version, plural, kind, namespaced=True, short_names=(),
-                 status_subresource=False, categories=()):
+                 status_subresource=False, categories=(), singular=None):
         self.group = group
         self.version = version
         self.plural = plural
@@ -43,7 +44,7 @@ class ResourceType:
         self.short_names = list(short_names)
         self.status_subresource = status_subresource
         self.categories = list(categories)
-        self.singular = kind.lower()
+        self.singular = singular or kind.lower()
         self.api_version = version if not group else "%s/%s" % (group, version)
         self.list_kind = kind + "List"
         # kubectl-style name: "pods", "deployments.apps"; used by the control endpoints.
@@ -113,7 +114,31 @@ def builtin_types():
           status_subresource=True, categories=["all"]),
         T("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
         T("coordination.k8s.io", "v1", "leases", "Lease"),
+        # Two versions of one group (v2 preferred), each stored on its own: no conversion here.
+        T("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
+          short_names=["hpa"], status_subresource=True, categories=["all"]),
+        T("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
+          short_names=["hpa"], status_subresource=True, categories=["all"]),
+        T("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", namespaced=False,
+          status_subresource=True),
+        # Creating a CustomResourceDefinition serves its resource (fakeapi/crds.py).
+        T("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+          namespaced=False, short_names=["crd", "crds"], status_subresource=True),
     ]
+
+
+_VERSION_RE = re.compile(r"^v([1-9][0-9]*)(?:(alpha|beta)([1-9][0-9]*))?$")
+
+
+def version_priority(version):
+    """Sort key of a version, highest priority first, as Kubernetes orders them: GA before beta
+    before alpha, higher numbers first, then anything else alphabetically ("v2", "v1",
+    "v1beta2", "v1beta1", "v1alpha1", "foo")."""
+    m = _VERSION_RE.match(version)
+    if not m:
+        return (3, 0, 0, version)
+    major, level, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
+    return ({None: 0, "beta": 1, "alpha": 2}[level], -major, -minor, "")
 
 
 def parse_custom(spec):
@@ -158,6 +183,18 @@ class Registry:
                 return t
         return None
 
+    def group_names(self):
+        """Group names in discovery order: as first served (core first)."""
+        seen = []
+        for t in self.types:
+            if t.group not in seen:
+                seen.append(t.group)
+        return seen
+
+    def versions_of(self, group):
+        """The group's versions, preferred first (Kubernetes' version priority)."""
+        return sorted({t.version for t in self.types if t.group == group}, key=version_priority)
+
     def group_versions(self):
         """[(group, version)] in a stable order, core first."""
         seen = []
@@ -175,8 +212,8 @@ class Registry:
                                                 "serverAddress": server_address}]}
 
     def _group(self, name):
-        versions = [{"groupVersion": "%s/%s" % (g, v), "version": v}
-                    for g, v in self.group_versions() if g == name]
+        versions = [{"groupVersion": "%s/%s" % (name, v), "version": v}
+                    for v in self.versions_of(name)]
         if not versions:
             return None
         return {"name": name, "versions": versions, "preferredVersion": versions[0]}

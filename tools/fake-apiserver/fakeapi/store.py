@@ -71,6 +71,18 @@ class Store:
         self.held = None  # (head when held, rt, events) of hold_touches()
         self._rng = random.Random()
 
+    def add_type(self, rt):
+        """Serves a new resource type from now on (a CustomResourceDefinition was created).
+        The dicts are replaced, not changed, so readers iterating them without the lock are
+        unaffected. Returns False when the type (group, version, plural) was served already."""
+        with self.lock:
+            if self.registry.get(rt.group, rt.version, rt.plural) is not None:
+                return False
+            self.objects = {**self.objects, rt: {}}
+            self.last_change = {**self.last_change, rt: 0}
+            self.registry.add(rt)
+            return True
+
     # -- history ---------------------------------------------------------------------------
 
     @property
@@ -152,8 +164,9 @@ class Store:
         and one at a newer rv (what clients saw before the restore) "too large"."""
         with self.lock:
             self.head = saved["head"]
-            self.objects = {rt: dict(o) for rt, o in saved["objects"].items()}
-            self.last_change = dict(saved["last_change"])
+            # Types served since the save stay served, empty.
+            self.objects = {rt: dict(saved["objects"].get(rt, {})) for rt in self.registry.types}
+            self.last_change = {rt: saved["last_change"].get(rt, 0) for rt in self.registry.types}
             self.log = []
             self.log_first = self.head + 1
             self.compacted = self.head
