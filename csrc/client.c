@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "client_impl.h"
 
@@ -534,6 +535,32 @@ nomem:
     return NULL;
 }
 
+struct curl_slist *client_headers_accept(const kinf_client *c, const char *accept)
+{
+    struct curl_slist *list = NULL, *more;
+    size_t n = strlen(accept) + sizeof("Accept: ");
+    char *line = malloc(n);
+
+    if (line == NULL)
+        return NULL;
+    snprintf(line, n, "Accept: %s", accept);
+    if ((list = curl_slist_append(NULL, line)) == NULL)
+        goto out;
+    for (const struct curl_slist *h = c->headers; h != NULL; h = h->next) {
+        if (strncasecmp(h->data, "Accept:", 7) == 0)
+            continue; /* replaced by the line above, not sent twice */
+        if ((more = curl_slist_append(list, h->data)) == NULL) {
+            curl_slist_free_all(list);
+            list = NULL;
+            goto out;
+        }
+        list = more;
+    }
+out:
+    free(line);
+    return list;
+}
+
 void kinf_client_easy_free(CURL *easy)
 {
     struct kinf_xfer *x = NULL;
@@ -541,6 +568,8 @@ void kinf_client_easy_free(CURL *easy)
         return;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
     curl_easy_cleanup(easy);
+    if (x != NULL)
+        curl_slist_free_all(x->headers); /* after the handle that used it */
     free(x);
 }
 

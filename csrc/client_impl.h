@@ -59,6 +59,8 @@ struct kinf_xfer {
     double retry_after;         /* from a Retry-After header, 0: none */
     int responded;              /* on_response ran */
     double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
+    struct curl_slist *headers; /* this transfer's own header list (an Accept of its own), or
+                                   NULL: the client's; freed with the handle */
     struct kinf_xfer *prev, *next; /* in c->xfers */
 };
 
@@ -66,5 +68,8 @@ struct kinf_xfer {
  * easy and cred_gen. */
 CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **x, char *errbuf,
                   size_t errlen);
+/* The client's headers with the Accept line replaced by "Accept: <accept>" (accept holds no CR
+ * or LF: the caller checked). NULL when out of memory. */
+struct curl_slist *client_headers_accept(const kinf_client *c, const char *accept);
 
 #endif
