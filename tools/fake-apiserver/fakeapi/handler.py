@@ -334,8 +334,9 @@ class App:
                 return
             self.log("%s %s", x.method, h.path)
             auth, user = self.authenticate(x)
-            entry = {"method": x.method, "path": x.path, "query": x.query, "time": time.time(),
-                     "accept": h.headers.get("Accept")}
+            entry = {"method": x.method, "path": x.path, "query": x.query, "time": time.time()}
+            if "Accept" in h.headers:
+                entry["accept"] = h.headers["Accept"]
             if auth != "anonymous":  # only servers with authentication say who asked
                 entry["auth"], entry["user"] = auth or "none", user
             with self.requests_lock:
