@@ -335,8 +335,9 @@ class App:
             self.log("%s %s", x.method, h.path)
             auth, user = self.authenticate(x)
             entry = {"method": x.method, "path": x.path, "query": x.query, "time": time.time()}
-            if "Accept" in h.headers:
-                entry["accept"] = h.headers["Accept"]
+            accept = h.headers.get_all("Accept")
+            if accept:  # every Accept line, joined as HTTP combines them: a repeat shows
+                entry["accept"] = ", ".join(accept)
             if auth != "anonymous":  # only servers with authentication say who asked
                 entry["auth"], entry["user"] = auth or "none", user
             with self.requests_lock:
