@@ -555,6 +555,8 @@ void kinf_client_easy_free(CURL *easy)
         return;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
     curl_easy_cleanup(easy);
+    if (x != NULL)
+        curl_slist_free_all(x->headers); /* after the handle that used it */
     free(x);
 }
 

@@ -59,6 +59,8 @@ struct kinf_xfer {
     double retry_after;         /* from a Retry-After header, 0: none */
     int responded;              /* on_response ran */
     double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
+    struct curl_slist *headers; /* this transfer's own header list (an Accept of its own), or
+                                   NULL: the client's; freed with the handle */
     struct kinf_xfer *prev, *next; /* in c->xfers */
 };
 

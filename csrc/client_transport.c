@@ -8,6 +8,10 @@
  * their idle_timeout, then sleep in curl_multi_poll until a socket is ready, the nearest
  * reflector deadline or idle deadline passes, or another thread calls curl_multi_wakeup.
  *
+ * A transfer that asks for an Accept of its own (kinf_xfer_request.accept: a reflector's
+ * metadata-only lists and watches) gets a copy of the client's headers with that Accept line
+ * instead of the client's, kept with the transfer and freed with its handle.
+ *
  * Idle timer: every transfer keeps the kinf_now() of its last received byte (headers included,
  * set in the header and write callbacks); the loop ends a transfer whose last byte is
  * idle_timeout old as KINF_XFER_TIMEDOUT, and never sleeps past the nearest such deadline.
@@ -32,6 +36,7 @@
 
 #define MAX_REFLECTORS_PER_CLIENT 4096
 #define RECV_BUFFER (128L * 1024)
+#define MAX_ACCEPT 1024 /* bytes of a transfer's own Accept value */
 
 /* ---- transfers ---- */
 
@@ -105,11 +110,28 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
 {
     kinf_client *c = impl;
     struct kinf_xfer *x;
-    CURL *easy = client_easy(c, req->path_query, &x, errbuf, errlen);
+    CURL *easy;
     int failed = 0;
 
-    if (easy == NULL)
+    if (req->accept != NULL && (req->accept[0] == '\0' || strlen(req->accept) > MAX_ACCEPT ||
+                                strpbrk(req->accept, "\r\n") != NULL)) {
+        kinf_errmsg(errbuf, errlen, "Accept header value empty, too long or not one line");
         return NULL;
+    }
+    if ((easy = client_easy(c, req->path_query, &x, errbuf, errlen)) == NULL)
+        return NULL;
+    if (req->accept != NULL) {
+        char line[MAX_ACCEPT + sizeof("Accept: ")];
+        const char *extra[] = {line, NULL};
+        snprintf(line, sizeof(line), "Accept: %s", req->accept);
+        /* The client's headers with this Accept instead of its default (never sent twice). */
+        if ((x->headers = kinf_client_headers(c, extra)) == NULL) {
+            kinf_client_easy_free(easy);
+            kinf_errmsg(errbuf, errlen, "out of memory");
+            return NULL;
+        }
+        failed |= curl_easy_setopt(easy, CURLOPT_HTTPHEADER, x->headers) != CURLE_OK;
+    }
     x->cb = *cb;
     x->idle = req->idle_timeout;
     x->last_byte = kinf_now();

@@ -338,7 +338,7 @@ static int c_reflector(lua_State *L)
     static const char *const known[] = {
         "path", "fifo", "label_selector", "field_selector", "watch_list", "strip_managed_fields",
         "page_size", "idle_timeout", "watch_timeout", "backoff_initial", "backoff_max",
-        "max_object_bytes", "reuse_known", NULL};
+        "max_object_bytes", "reuse_known", "metadata_only", NULL};
     kinf_client *client = check_client(L);
     opts o = {2, "reflector", 0};
     kinf_reflector_config cfg;
@@ -369,6 +369,7 @@ static int c_reflector(lua_State *L)
     cfg.backoff_max = opt_number(L, &o, "backoff_max");
     cfg.max_object_bytes = (size_t)opt_number(L, &o, "max_object_bytes");
     cfg.reuse_known = opt_bool(L, &o, "reuse_known", 0);
+    cfg.metadata_only = opt_bool(L, &o, "metadata_only", 0);
 
     lr = kl_newuserdata(L, sizeof(*lr)); /* 4 */
     lr->r = NULL;

@@ -75,6 +75,7 @@ kinf_reflector *kinf_reflector_new(const kinf_transport *transport, kinf_fifo *f
     r->watch_list = cfg->watch_list;
     r->strip = cfg->strip_managed_fields;
     r->reuse_known = cfg->reuse_known;
+    r->metadata_only = cfg->metadata_only;
     r->page_size = cfg->page_size ? cfg->page_size : 500;
     r->max_object = cfg->max_object_bytes ? cfg->max_object_bytes : KINF_SCAN_DEFAULT_MAX_OBJECT;
     r->idle_timeout = cfg->idle_timeout > 0 ? cfg->idle_timeout : 90;
@@ -278,6 +279,21 @@ int nul_free_meta(const kinf_scan_item *item)
            memchr(item->meta.resource_version.ptr, '\0', item->meta.resource_version.len) == NULL;
 }
 
+int wrong_kind(kinf_reflector *r, const kinf_scan_item *item, const char *what)
+{
+    static const char want[] = KINF_METADATA_KIND;
+    int n = item->kind.len > 64 ? 64 : (int)item->kind.len;
+    if (!r->metadata_only ||
+        (item->kind.len == sizeof(want) - 1 && memcmp(item->kind.ptr, want, sizeof(want) - 1) == 0))
+        return 0;
+    /* The kind is the server's text: record_error cleans what reaches status() and logs. */
+    snprintf(r->scan_msg, sizeof(r->scan_msg),
+             "%s is %s%.*s%s, not a " KINF_METADATA_KIND
+             " (the server ignored the metadata-only Accept)",
+             what, n ? "a \"" : "an object without kind", n, item->kind.ptr, n ? "\"" : "");
+    return 1;
+}
+
 void parse_errbody(kinf_reflector *r, kinf_status *st)
 {
     memset(st, 0, sizeof(*st));
@@ -413,6 +429,9 @@ kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query)
     memset(&req, 0, sizeof(req));
     req.path_query = path_query;
     req.idle_timeout = r->idle_timeout;
+    /* The phase is set before a transfer starts: a list page, or a watch (WatchList too). */
+    if (r->metadata_only)
+        req.accept = r->phase == PH_LIST ? KINF_ACCEPT_METADATA_LIST : KINF_ACCEPT_METADATA_WATCH;
     cb.ud = r;
     x = r->tr.ops->get(r->tr.impl, &req, &cb, msg, sizeof(msg));
     if (x == NULL)

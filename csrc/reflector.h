@@ -31,6 +31,14 @@
 /* Room for any resourceVersion the scanner accepts (KINF_SCAN_MAX_META bytes) and its NUL. */
 #define KINF_REFLECTOR_RV_SIZE 1025
 
+/* What a metadata_only reflector asks for (client-go's metadata client, JSON only): lists as
+ * PartialObjectMetadataList, watch events (and a WatchList's) as PartialObjectMetadata. */
+#define KINF_ACCEPT_METADATA_LIST \
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+#define KINF_ACCEPT_METADATA_WATCH \
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+#define KINF_METADATA_KIND "PartialObjectMetadata"
+
 typedef struct kinf_reflector_config {
     const char *path;              /* "/api/v1/namespaces/default/pods" (no query) */
     const char *label_selector;    /* NULL or "" for none */
@@ -48,6 +56,10 @@ typedef struct kinf_reflector_config {
                                       record of the FIFO's known store reuses that record
                                       instead of a copy (a relist then holds one copy). Only
                                       when the store keeps records as listed (no transform) */
+    int metadata_only;             /* lists and watches PartialObjectMetadata (apiVersion, kind
+                                      and metadata only): KINF_ACCEPT_METADATA_*. An object of
+                                      another kind (a server that ignored the form) fails the
+                                      list or watch rather than being cached whole */
 } kinf_reflector_config;
 
 typedef struct kinf_reflector_status {

@@ -46,7 +46,7 @@ struct kinf_reflector {
     kinf_transport tr;            /* [const] */
     kinf_fifo *fifo;              /* [const] */
     char *path, *label_selector, *field_selector; /* [const] */
-    int watch_list, strip, reuse_known;            /* [const] */
+    int watch_list, strip, reuse_known, metadata_only; /* [const] */
     size_t page_size, max_object;                  /* [const] */
     double idle_timeout, watch_timeout;            /* [const] */
     kinf_scanner *list_scanner, *watch_scanner;    /* [const]; their state is [scan] */
@@ -136,6 +136,9 @@ kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query);
 void started_transfer(kinf_reflector *r, kinf_xfer *x);
 char *dup_span(const char *p, size_t n);
 int nul_free_meta(const kinf_scan_item *item);
+/* metadata_only: 0 when item is a PartialObjectMetadata; else 1 with scan_msg saying what came
+ * instead (what: "list item #3", "the MODIFIED event's object"). [scan] */
+int wrong_kind(kinf_reflector *r, const kinf_scan_item *item, const char *what);
 /* Fills st from a non-2xx body (or from the code alone). */
 void parse_errbody(kinf_reflector *r, kinf_status *st);
 

@@ -89,6 +89,12 @@ kinf_err on_list_item(void *ud, const kinf_scan_item *item)
                  "list item #%zu: metadata.uid or resourceVersion holds a NUL byte", r->nitems + 1);
         return KINF_EPARSE;
     }
+    if (r->metadata_only) {
+        char what[48];
+        snprintf(what, sizeof(what), "list item #%zu", r->nitems + 1);
+        if (wrong_kind(r, item, what))
+            return KINF_EPARSE;
+    }
     if (items_room(r) != KINF_OK)
         return KINF_ENOMEM;
     obj = list_record(r, item->json, item->json_len, &item->meta, &err);

@@ -173,6 +173,12 @@ kinf_err on_watch_item(void *ud, const kinf_scan_item *item)
                      kinf_event_type_name(item->type));
             return KINF_ENOKEY;
         }
+        if (r->metadata_only) {
+            char what[48];
+            snprintf(what, sizeof(what), "the %s event's object", kinf_event_type_name(item->type));
+            if (wrong_kind(r, item, what))
+                return KINF_EPARSE;
+        }
         if (r->initial_phase && item->type == KINF_EV_ADDED)
             obj = list_record(r, item->json, item->json_len, &item->meta, &err);
         else

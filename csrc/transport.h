@@ -54,6 +54,8 @@ typedef enum kinf_xfer_result {
 typedef struct kinf_xfer_request {
     const char *path_query;  /* "/api/v1/pods?watch=true&..." */
     double idle_timeout;     /* seconds without a byte (headers included): KINF_XFER_TIMEDOUT */
+    const char *accept;      /* the Accept header's value; NULL: the transport's default
+                                ("application/json"). No CR or LF (get() refuses them) */
 } kinf_xfer_request;
 
 typedef struct kinf_xfer_callbacks {

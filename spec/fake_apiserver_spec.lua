@@ -745,7 +745,7 @@ describe("fake apiserver", function()
   end)
 
   describe("request log", function()
-    it("records method, path and query of API requests only", function()
+    it("records method, path, query and Accept of API requests only", function()
       srv:clear_requests()
       srv:request("GET", "/api/v1/namespaces/log/configmaps?limit=500&resourceVersion=0")
       srv:request("POST", "/api/v1/namespaces/log/configmaps", configmap("l1"))
@@ -760,7 +760,7 @@ describe("fake apiserver", function()
       assert.same({
         { method = "GET", path = "/api/v1/namespaces/log/configmaps", query = { limit = "500", resourceVersion = "0" } },
         { method = "POST", path = "/api/v1/namespaces/log/configmaps", query = {} },
-        { method = "GET", path = "/api/v1/namespaces/log/configmaps",
+        { method = "GET", path = "/api/v1/namespaces/log/configmaps", accept = "*/*",
           query = { watch = "true", allowWatchBookmarks = "true", timeoutSeconds = "0", resourceVersion = "5" } },
       }, reqs)
       srv:clear_requests()

@@ -8,6 +8,7 @@
  *                             ends). If the reflector is waiting (backoff, an immediate retry),
  *                             the clock moves to the time it waits for first. SC_NONE (q NULL)
  *                             when it asks for nothing.
+ *   sc_accept(sc)             that request's Accept (NULL: the transport's default).
  *   sc_response(sc, code, ra) the response's status and Retry-After (code 0: no response came;
  *                             nothing is called).
  *   sc_body(sc, buf, len)     the next body bytes; returns what the reflector's on_body does
@@ -33,6 +34,7 @@ typedef enum { SC_NONE, SC_LIST, SC_WATCH } sc_req;
 struct kinf_xfer {
     kinf_xfer_callbacks cb;
     char *query;
+    char *accept; /* the request's own Accept, NULL: the default */
 };
 
 typedef struct scripted {
@@ -52,6 +54,7 @@ static void sc_free_xfer(kinf_xfer *x)
 {
     if (x != NULL) {
         free(x->query);
+        free(x->accept);
         free(x);
     }
 }
@@ -70,7 +73,8 @@ static kinf_xfer *sc_get(void *impl, const kinf_xfer_request *req, const kinf_xf
 {
     scripted *sc = impl;
     kinf_xfer *x = calloc(1, sizeof(*x));
-    if (x == NULL || (x->query = strdup(req->path_query)) == NULL || sc->cur != NULL) {
+    if (x == NULL || (x->query = strdup(req->path_query)) == NULL || sc->cur != NULL ||
+        (req->accept != NULL && (x->accept = strdup(req->accept)) == NULL)) {
         sc_free_xfer(x);
         kinf_errmsg(errbuf, errlen, sc->cur ? "two transfers at once" : "out of memory");
         return NULL;
@@ -145,6 +149,12 @@ static sc_req sc_request(scripted *sc, const char **path_query)
         return SC_NONE;
     *path_query = sc->cur->query;
     return strstr(sc->cur->query, "watch=true") ? SC_WATCH : SC_LIST;
+}
+
+/* The Accept of the transfer in flight (NULL: the default, or none in flight). */
+static inline const char *sc_accept(const scripted *sc) /* inline: not every user calls it */
+{
+    return sc->cur != NULL ? sc->cur->accept : NULL;
 }
 
 static void sc_response(scripted *sc, long code, double retry_after)

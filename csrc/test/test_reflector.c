@@ -370,5 +370,83 @@ static void watch_list_relists_through_watch_list(void)
     stop_server();
 }
 
+/* metadata_only through the real transport: every transfer carries its own Accept (its own
+ * header list, freed with the handle on the I/O thread: ASan and TSan watch it), the server
+ * answers PartialObjectMetadata, and the request log shows exactly one Accept per request. */
+static int log_has(kinf_client *client, const char *needle)
+{
+    kinf_request req = {0};
+    kinf_response resp;
+    char msg[256];
+    int found = 0;
+    req.method = "GET";
+    req.path_query = "/_fake/requests";
+    if (kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK) {
+        found = resp.status == 200 && strstr(resp.body, needle) != NULL;
+        kinf_response_free(&resp);
+    }
+    return found;
+}
+
+#define PARTIAL_PREFIX \
+    "{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{"
+
+static void metadata_only_through_the_client(void)
+{
+    kinf_client_config cc = {0};
+    kinf_reflector_config rc = {0};
+    kinf_xfer_request bad = {0};
+    kinf_xfer_callbacks cb = {0};
+    kinf_transport tr;
+    kinf_client *client;
+    kinf_fifo *fifo;
+    kinf_reflector *r;
+    kinf_deltas d;
+    char msg[256];
+    kinf_err err;
+    double t0;
+
+    CHECK(start_server(30));
+    cc.server = url;
+    client = kinf_client_new(&cc, &err, msg, sizeof(msg));
+    CHECK(client != NULL);
+    if (client == NULL)
+        return;
+    /* A value that would smuggle a header is refused before anything is made (which is why
+     * this call may be made here, off the I/O thread). */
+    tr = kinf_client_transport(client);
+    bad.path_query = "/api/v1/pods";
+    bad.idle_timeout = 5;
+    bad.accept = "application/json\r\nX-Smuggled: 1";
+    CHECK(tr.ops->get(tr.impl, &bad, &cb, msg, sizeof(msg)) == NULL);
+    CHECK(strstr(msg, "not one line") != NULL);
+
+    fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
+    rc.path = "/api/v1/pods";
+    rc.page_size = 10;
+    rc.strip_managed_fields = 1;
+    rc.metadata_only = 1;
+    r = new_reflector(client, fifo, &rc);
+    CHECK(r != NULL);
+    if (r == NULL)
+        return;
+    CHECK(kinf_reflector_start(r) == KINF_OK);
+    CHECK(kinf_fifo_pop(fifo, 10, NULL, NULL, &d, NULL) == KINF_OK);
+    CHECK(d.n >= 1 && strncmp(d.v[0].obj->json, PARTIAL_PREFIX, sizeof(PARTIAL_PREFIX) - 1) == 0);
+    CHECK(strstr(d.v[0].obj->json, "\"spec\"") == NULL);
+    kinf_deltas_clear(&d);
+    CHECK(drain(fifo, 10) == 29);
+    t0 = now();
+    while (now() - t0 < 10 && !log_has(client, "\"accept\":\"" KINF_ACCEPT_METADATA_WATCH "\""))
+        drain(fifo, 0.05);
+    CHECK(log_has(client, "\"accept\":\"" KINF_ACCEPT_METADATA_LIST "\""));
+    CHECK(log_has(client, "\"accept\":\"" KINF_ACCEPT_METADATA_WATCH "\""));
+    kinf_reflector_free(r);
+    kinf_client_unref(client);
+    kinf_fifo_unref(fifo);
+    stop_server();
+}
+
 TEST_MAIN(TEST(lists_watches_stops_and_restarts), TEST(requests_while_watching),
-          TEST(relist_reuses_unchanged_records), TEST(watch_list_relists_through_watch_list))
+          TEST(relist_reuses_unchanged_records), TEST(watch_list_relists_through_watch_list),
+          TEST(metadata_only_through_the_client))

@@ -604,9 +604,83 @@ static void failures_queue_log_lines(void)
     fx_free(&f);
 }
 
+#define META(name, rv) "{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"name\":\"" name "\",\"namespace\":\"t\",\"resourceVersion\":\"" rv "\"}}"
+#define META_LIST(rv, items) "{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"" rv "\"},\"items\":[" items "]}"
+
+/* The newest delta of key's object JSON ("-" when not queued). */
+static const char *newest_json(fx *f, const char *key)
+{
+    static char json[512];
+    kinf_deltas d;
+    if (kinf_fifo_get_by_key(f->fifo, key, strlen(key), &d) != KINF_OK)
+        return "-";
+    snprintf(json, sizeof json, "%s", d.v[d.n - 1].obj->json);
+    kinf_deltas_clear(&d);
+    return json;
+}
+
+static int accept_is(fx *f, const char *want)
+{
+    const char *a = sc_accept(f->sc);
+    return want == NULL ? a == NULL : a != NULL && strcmp(a, want) == 0;
+}
+
+static void metadata_only_forms(void)
+{
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        kinf_reflector_config rc = {0};
+        kinf_reflector_status st;
+        kinf_delta_type t = KINF_DELTA_SYNC;
+        fx f;
+        rc.path = PATH;
+        rc.page_size = 2;
+        rc.metadata_only = 1;
+        f = fx_new_cfg(&rc);
+        expect_request(&f, SC_LIST);
+        CHECK(accept_is(&f, KINF_ACCEPT_METADATA_LIST));
+        /* an item without kind gets the list's item kind, as one with it */
+        respond_str(&f, META_LIST("10", POD("a", "5") "," META("b", "6")), bytewise);
+        CHECK_STR(newest_json(&f, "t/a"),
+                  "{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\","
+                  "\"metadata\":{\"name\":\"a\",\"namespace\":\"t\",\"resourceVersion\":\"5\"}}");
+        CHECK_STR(newest_json(&f, "t/b"), META("b", "6"));
+        expect_request(&f, SC_WATCH);
+        CHECK(accept_is(&f, KINF_ACCEPT_METADATA_WATCH));
+        respond_str(&f, EV("MODIFIED", META("a", "12")) EV("DELETED", META("b", "13")), bytewise);
+        CHECK_STR(newest(&f, "t/a", &t), "12");
+        CHECK(t == KINF_DELTA_UPDATED);
+        CHECK_STR(newest(&f, "t/b", &t), "13");
+        CHECK(t == KINF_DELTA_DELETED);
+        /* a whole object (a server that ignored the Accept) is refused, not cached */
+        expect_request(&f, SC_WATCH);
+        respond_str(&f, EV("ADDED", "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"c\",\"namespace\":\"t\",\"resourceVersion\":\"14\"},\"spec\":{}}"), bytewise);
+        CHECK_STR(newest(&f, "t/c", &t), "-");
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(strstr(st.last_error, "the ADDED event's object is a \"Pod\", not a PartialObjectMetadata") != NULL);
+        expect_request(&f, SC_LIST);
+        CHECK(accept_is(&f, KINF_ACCEPT_METADATA_LIST));
+        respond_str(&f, LIST("20", POD("a", "15")), bytewise);
+        kinf_reflector_status_get(f.r, &st);
+        CHECK(strstr(st.last_error, "list item #1 is a \"Pod\", not a PartialObjectMetadata") != NULL);
+        CHECK(st.lists == 1);
+        fx_free(&f);
+    }
+    {
+        /* without metadata_only: the transport's default Accept */
+        fx f = fx_new(0);
+        expect_request(&f, SC_LIST);
+        CHECK(accept_is(&f, NULL));
+        respond_str(&f, LIST("10", POD("a", "5")), 0);
+        expect_request(&f, SC_WATCH);
+        CHECK(accept_is(&f, NULL));
+        fx_free(&f);
+    }
+}
+
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
           TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
           TEST(nul_in_uid_or_rv_is_refused), TEST(reflectors_made_together_draw_apart),
-          TEST(watch_cut_at_a_clean_end_is_reported), TEST(failures_queue_log_lines))
+          TEST(watch_cut_at_a_clean_end_is_reported), TEST(failures_queue_log_lines),
+          TEST(metadata_only_forms))

@@ -44,7 +44,7 @@ Registration.__index = Registration
 local REFLECTOR_OPTS = {
   label_selector = true, field_selector = true, watch_list = true, strip_managed_fields = true,
   page_size = true, idle_timeout = true, watch_timeout = true, backoff_initial = true,
-  backoff_max = true, max_object_bytes = true,
+  backoff_max = true, max_object_bytes = true, metadata_only = true,
 }
 local OWN_OPTS = { resource = true, api_version = true, namespace = true, resync = true,
   transform = true }
@@ -65,6 +65,10 @@ local function check_options(client, opts)
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     raise(1, "informer", "option 'transform' must be a function")
   end
+  local mo = opts.metadata_only
+  if mo ~= nil and type(mo) ~= "boolean" then -- part of the share key: checked before sharing
+    raise(1, "informer", "option 'metadata_only' must be a boolean, got " .. type(mo))
+  end
   local res, err, code = client._mapper:resolve(opts)
   if not res then
     if code == "ENOTFOUND" then return nil, err, code end
@@ -73,16 +77,20 @@ local function check_options(client, opts)
   return res
 end
 
--- The key under which a client shares informers: same resource, namespace and selectors.
+-- The key under which a client shares informers: same resource, namespace, selectors and
+-- metadata_only (a metadata-only cache and a full one are two informers, as controller-runtime
+-- keeps its metadata cache apart from its structured one).
 local function share_key(opts, res)
-  return res.path .. "?l=" .. (opts.label_selector or "") .. "&f=" .. (opts.field_selector or "")
+  -- "m:" cannot collide: every path starts with "/".
+  return (opts.metadata_only and "m:" or "") .. res.path .. "?l=" .. (opts.label_selector or "")
+    .. "&f=" .. (opts.field_selector or "")
 end
 
 local new
 
 --- informer.for_client(client, opts) -> informer | nil, err: client:informer's work. The
--- client's live informer for the same resource, namespace and selectors when there is one (the
--- options that change what is cached must agree, or it raises), else a new one.
+-- client's live informer for the same resource, namespace, selectors and metadata_only when
+-- there is one (the options that change what is cached must agree, or it raises), else a new one.
 function _M.for_client(client, opts)
   local res, rerr, rcode = check_options(client, opts)
   if not res then return nil, rerr, rcode end
@@ -120,7 +128,7 @@ new = function(client_core, opts, res)
   if not proc then return nil, perr, pcode end
   local self = setmetatable({
     resource = res.resource, group = res.group, version = res.version, path = res.path,
-    namespace = opts.namespace,
+    namespace = opts.namespace, metadata_only = opts.metadata_only == true,
     _store = store, _fifo = fifo, _reflector = reflector, _proc = proc,
     _handlers = {},           -- registrations, in the order added
     _pending = 0,             -- registrations with queued notifications (the replay)

@@ -86,7 +86,8 @@ end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
 --                    field_selector = ..., fifo = fifo, watch_list = false,
---                    strip_managed_fields = true, page_size = 500, ... } -> reflector | nil, err
+--                    strip_managed_fields = true, metadata_only = false, page_size = 500, ... }
+--   -> reflector | nil, err
 -- The resource is named as for client:resolve (an unknown name: nil, err, "ENOTFOUND").
 -- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
 -- status(), last_sync_resource_version(). See docs/reflector.md.
@@ -120,9 +121,11 @@ local informer = require "kinformer.informer"
 
 --- client:informer{ resource = "pods", api_version = ..., namespace = ..., label_selector = ...,
 --                   field_selector = ..., resync = seconds, page_size = 500, watch_list = false,
---                   strip_managed_fields = true, transform = fn } -> informer | nil, err
--- A shared index informer (docs/informer.md). Asking again for the same resource, namespace and
--- selectors returns the same informer (one watch), as controller-runtime's cache does.
+--                   strip_managed_fields = true, metadata_only = false, transform = fn }
+--   -> informer | nil, err
+-- A shared index informer (docs/informer.md). Asking again for the same resource, namespace,
+-- selectors and metadata_only returns the same informer (one watch), as controller-runtime's
+-- cache does; metadata_only = true caches PartialObjectMetadata (apiVersion, kind, metadata).
 -- Unknown options and wrong types raise on every call, shared or not; so does a call whose
 -- strip_managed_fields or transform (present or absent) differs from the shared informer's.
 function Client:informer(opts)

@@ -21,7 +21,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import aggregated, crds, tables
+from . import aggregated, crds, partial, tables
 from .faults import LINE_FAULTS
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
@@ -39,7 +39,8 @@ CUT_FAULTS = ("drop", "drop_mid_line", "reset_mid_line", "truncated_chunk", "res
 GRAB = 4096               # events a watch takes from the history per round
 
 REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-           404: "Not Found", 405: "Method Not Allowed", 409: "Conflict", 410: "Gone",
+           404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable", 409: "Conflict",
+           410: "Gone",
            415: "Unsupported Media Type", 422: "Unprocessable Entity",
            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable",
            504: "Gateway Timeout"}
@@ -334,6 +335,9 @@ class App:
             self.log("%s %s", x.method, h.path)
             auth, user = self.authenticate(x)
             entry = {"method": x.method, "path": x.path, "query": x.query, "time": time.time()}
+            accept = h.headers.get_all("Accept")
+            if accept:  # every Accept line, joined as HTTP combines them: a repeat shows
+                entry["accept"] = ", ".join(accept)
             if auth != "anonymous":  # only servers with authentication say who asked
                 entry["auth"], entry["user"] = auth or "none", user
             with self.requests_lock:
@@ -498,7 +502,10 @@ class App:
         if m == "GET" and name is None:
             return self.do_list(x, rt, ns)
         if m == "GET":
-            return x.send_bytes(200, self.store.get(rt, ns or "", name).full(rt))
+            obj = self.store.get(rt, ns or "", name)
+            if partial.negotiate(x.h.headers.get("Accept"), rt, False):
+                return x.send_bytes(200, partial.body(rt, obj), partial.OBJECT_CT)
+            return x.send_bytes(200, obj.full(rt))
         if m == "POST" and name is None:
             if rt.namespaced and ns is None:
                 raise ApiError(405, "MethodNotAllowed",
@@ -590,6 +597,7 @@ class App:
 
     def do_list(self, x, rt, ns):
         q = x.query
+        metadata_only = partial.negotiate(x.h.headers.get("Accept"), rt, True)
         pred = combine(parse_label_selector(q.get("labelSelector")),
                        parse_field_selector(q.get("fieldSelector"), rt))
         rv = q.get("resourceVersion", "")
@@ -665,17 +673,20 @@ class App:
             t = tables.table(rt, [o.to_dict() for o in items], meta,
                              q.get("includeObject", "Metadata"))
             return x.send_bytes(200, dumps(t), TABLE_CT)
+        if metadata_only:
+            return self.send_list(x, rt, meta, partial.items(rt, items), partial.LIST_PREFIX,
+                                  partial.LIST_CT)
         self.send_list(x, rt, meta, items)
 
-    def send_list(self, x, rt, meta, items):
-        head = rt.list_prefix + dumps(meta) + b',"items":['
+    def send_list(self, x, rt, meta, items, prefix=None, ctype=JSON):
+        head = (prefix or rt.list_prefix) + dumps(meta) + b',"items":['
         total = len(head) + sum(o.size() for o in items) + 2 * len(items) + 2
         if total < SMALL_BODY:
             body = head + (b"{" + b",{".join(o.tail for o in items) if items else b"") + b"]}"
-            return x.send_bytes(200, body)
+            return x.send_bytes(200, body, ctype)
         f = x.fault
         cut = total // 2 if f is not None and f.kind in CUT_FAULTS else None
-        x.start_stream()
+        x.start_stream(ctype=ctype)
         # Chunks of [sep, item, sep, item, ...] written with sendmsg: the kernel copies from
         # the cached bytes directly.
         parts, size, sent, sep = [], 0, 0, head + b"{"
@@ -903,6 +914,7 @@ class Watch:
         self.pred = combine(parse_label_selector(q.get("labelSelector")),
                             parse_field_selector(q.get("fieldSelector"), rt), name_pred)
         self.table = tables.wants_table(x.h.headers.get("Accept"))
+        self.partial = partial.negotiate(x.h.headers.get("Accept"), rt, False)
         self.include_object = q.get("includeObject", "Metadata")
         self.bookmarks = bool(parse_bool(q, "allowWatchBookmarks"))
         self.rv = q.get("resourceVersion", "")
@@ -937,6 +949,8 @@ class Watch:
     # -- lines ---------------------------------------------------------------------------------
 
     def _line(self, type_, obj):
+        if self.partial:
+            return partial.watch_line(self.rt, type_, obj)
         if self.table:
             t = tables.table(self.rt, [obj.to_dict()], {"resourceVersion": str(obj.rv)},
                              self.include_object)
@@ -947,6 +961,8 @@ class Watch:
         md = {"resourceVersion": str(rv)}
         if initial_end:
             md["annotations"] = {"k8s.io/initial-events-end": "true"}
+        if self.partial:
+            return partial.bookmark_line(md)
         return [b'{"type":"BOOKMARK","object":' + self.rt.kind_prefix + b'"metadata":'
                 + dumps(md) + b"}}\n"]
 
@@ -1021,7 +1037,7 @@ class Watch:
 
     def _send_events(self, events):
         rt = self.rt
-        if self.fault is not None or self.table or self.pred is not None:
+        if self.fault is not None or self.table or self.partial or self.pred is not None:
             lines = []
             for ev in events:
                 if ev.rt is rt:
@@ -1118,7 +1134,8 @@ class Watch:
             if err is None:
                 store.set_cursor(self, self.cursor)
         try:
-            x.start_stream(ctype=TABLE_CT if self.table else JSON)
+            x.start_stream(ctype=TABLE_CT if self.table else
+                           partial.OBJECT_CT if self.partial else JSON)
             store.watch_started(self.rt)
             try:
                 self._stream(err, initial)
