@@ -45,6 +45,8 @@ typedef struct kinf_response {
     char *body;         /* malloc'd, NUL-terminated (may be ""); caller frees */
     size_t len;
     double retry_after; /* seconds from a Retry-After header in seconds form; -1: none */
+    unsigned warnings;  /* Warning texts (code 299) it carried, noted in the client's record
+                           (kinf_client_warnings) for the log */
 } kinf_response;
 
 kinf_err kinf_request_do(kinf_client *c, const kinf_request *req, kinf_response *out,
