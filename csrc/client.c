@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "client_impl.h"
+#include "impersonate.h"
 
 #define PEM_CHECK_MAX (1024 * 1024) /* bytes of a PEM file read at creation to check it */
 /* Received bytes in flight between the I/O thread and the scanner thread: at most
@@ -207,101 +208,6 @@ out:
     return err;
 }
 
-/* A header value: no control character but tab (CR LF would inject headers), not empty. */
-static int header_value_ok(const char *v)
-{
-    if (v[0] == '\0')
-        return 0;
-    for (; *v; v++)
-        if (((unsigned char)*v < 0x20 && *v != '\t') || *v == 0x7f)
-            return 0;
-    return 1;
-}
-
-/* The HTTP token characters (RFC 7230), less '%': what client-go leaves unescaped in a key. */
-static int key_char(unsigned char b)
-{
-    return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') ||
-           (b != 0 && strchr("!#$&'*+-.^_`|~", b) != NULL);
-}
-
-/* Appends "NAME[escaped key]: value" to c->headers. */
-static kinf_err add_header(kinf_client *c, const char *name, const char *key, const char *value)
-{
-    size_t n = strlen(name) + (key ? 3 * strlen(key) : 0) + strlen(value) + 3;
-    char *line = malloc(n), *p;
-    struct curl_slist *more;
-
-    if (line == NULL)
-        return KINF_ENOMEM;
-    p = line + snprintf(line, n, "%s", name);
-    for (; key != NULL && *key; key++) {
-        unsigned char b = (unsigned char)*key;
-        if (key_char(b))
-            *p++ = (char)b;
-        else
-            p += snprintf(p, 4, "%%%02X", b);
-    }
-    snprintf(p, n - (size_t)(p - line), ": %s", value);
-    more = curl_slist_append(c->headers, line);
-    free(line);
-    if (more == NULL)
-        return KINF_ENOMEM;
-    c->headers = more;
-    return KINF_OK;
-}
-
-/* The Impersonate-* headers (client.h), checked, in c->headers. */
-static kinf_err setup_impersonation(kinf_client *c, const kinf_client_config *cfg, char *errbuf,
-                                    size_t errlen)
-{
-    const char *user = cfg->impersonate_user && cfg->impersonate_user[0] ? cfg->impersonate_user
-                                                                          : NULL;
-    const char *uid = cfg->impersonate_uid && cfg->impersonate_uid[0] ? cfg->impersonate_uid
-                                                                       : NULL;
-    const char *const *groups = cfg->impersonate_groups, *const *extra = cfg->impersonate_extra;
-    kinf_err err = KINF_OK;
-
-    if (user == NULL) {
-        if (uid != NULL || (groups != NULL && groups[0] != NULL) ||
-            (extra != NULL && extra[0] != NULL)) {
-            kinf_errmsg(errbuf, errlen, "impersonating a uid, groups or extra needs "
-                                        "impersonate_user");
-            return KINF_EINVAL;
-        }
-        return KINF_OK;
-    }
-    if (!header_value_ok(user) || (uid != NULL && !header_value_ok(uid))) {
-        kinf_errmsg(errbuf, errlen, "impersonate_%s must not contain control characters",
-                    header_value_ok(user) ? "uid" : "user");
-        return KINF_EINVAL;
-    }
-    for (size_t i = 0; groups != NULL && groups[i] != NULL; i++) {
-        if (!header_value_ok(groups[i])) {
-            kinf_errmsg(errbuf, errlen, "impersonate_groups: group %zu is empty or holds a "
-                                        "control character", i + 1);
-            return KINF_EINVAL;
-        }
-    }
-    for (size_t i = 0; extra != NULL && extra[i] != NULL; i += 2) {
-        if (extra[i][0] == '\0' || extra[i + 1] == NULL || !header_value_ok(extra[i + 1])) {
-            kinf_errmsg(errbuf, errlen, "impersonate_extra: key \"%.100s\" is empty, has no "
-                        "value, or its value is empty or holds a control character", extra[i]);
-            return KINF_EINVAL;
-        }
-    }
-    err = add_header(c, "Impersonate-User", NULL, user);
-    if (err == KINF_OK && uid != NULL)
-        err = add_header(c, "Impersonate-Uid", NULL, uid);
-    for (size_t i = 0; err == KINF_OK && groups != NULL && groups[i] != NULL; i++)
-        err = add_header(c, "Impersonate-Group", NULL, groups[i]);
-    for (size_t i = 0; err == KINF_OK && extra != NULL && extra[i] != NULL; i += 2)
-        err = add_header(c, "Impersonate-Extra-", extra[i], extra[i + 1]);
-    if (err != KINF_OK)
-        kinf_errmsg(errbuf, errlen, "out of memory");
-    return err;
-}
-
 /* The URL's host, for messages ("" when it cannot be parsed). */
 static char *url_host(const char *server)
 {
@@ -365,6 +271,7 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
 {
     kinf_client *c;
     kinf_creds_config cc;
+    kinf_impersonation imp;
     size_t len;
     int failed = 0;
 
@@ -411,7 +318,11 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
     if (cfg->tls_server_name && cfg->tls_server_name[0] &&
         (*err = setup_server_name(c, cfg->tls_server_name, errbuf, errlen)) != KINF_OK)
         goto fail;
-    if ((*err = setup_impersonation(c, cfg, errbuf, errlen)) != KINF_OK)
+    imp.user = cfg->impersonate_user;
+    imp.uid = cfg->impersonate_uid;
+    imp.groups = cfg->impersonate_groups;
+    imp.extra = cfg->impersonate_extra;
+    if ((*err = kinf_impersonation_headers(&imp, &c->headers, errbuf, errlen)) != KINF_OK)
         goto fail;
     if ((c->warnings = kinf_warnings_new()) == NULL)
         goto nomem;

@@ -24,11 +24,8 @@
  *   the Host header.
  *
  * - Impersonation (client-go's ImpersonationConfig): with impersonate_user set, every request
- *   (list, watch and blocking) carries Impersonate-User, Impersonate-Uid, one Impersonate-Group
- *   per group and one Impersonate-Extra-KEY per extra value, KEY percent-encoded where it is
- *   not an HTTP token character (and '%' itself), as client-go encodes it. A uid, groups or
- *   extras without a user, an empty extra key, or a control character in any value (a header
- *   injection) is KINF_EINVAL at creation.
+ *   (list, watch and blocking) carries the Impersonate-* headers (impersonate.h); what
+ *   impersonate.h refuses is KINF_EINVAL at creation.
  * - Warning headers (warning.h) of every response, list/watch and blocking, are noted in the
  *   client's record (kinf_client_warnings): counted, and each distinct text queued once for the
  *   Lua thread to log.

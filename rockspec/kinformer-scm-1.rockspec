@@ -66,6 +66,7 @@ build = {
         "csrc/reflector_report.c", "csrc/backoff.c", "csrc/query.c", "csrc/jsonspan.c",
         "csrc/informer.c", "csrc/pipe.c",
         "csrc/credentials.c", "csrc/exec_credential.c", "csrc/warning.c",
+        "csrc/impersonate.c",
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_guard.c", "csrc/lua_decode.c",
         "csrc/lua_store.c", "csrc/lua_fifo.c", "csrc/lua_client.c",
         "csrc/lua_informer.c",
