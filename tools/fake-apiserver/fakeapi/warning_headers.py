@@ -1,9 +1,10 @@
 """Warning response headers, as kube-apiserver sends them (RFC 7234 5.5, `299 - "text"`):
 deprecation warnings for a deprecated group version, and admission-like warnings from rules.
 
-- `--deprecated GROUP/VERSION` (repeatable): every request under /apis/GROUP/VERSION/ (or
-  /api/v1/ for `v1`) answers with `Warning: 299 - "GROUP/VERSION KIND is deprecated"` (KIND
-  from the served type, else the plural), as kube-apiserver does for a deprecated version.
+- `--deprecated GROUP/VERSION` (repeatable): every request for a resource under
+  /apis/GROUP/VERSION/ (or /api/v1/ for `v1`) answers with
+  `Warning: 299 - "GROUP/VERSION KIND is deprecated"` (KIND from the served type, else the
+  plural), as kube-apiserver does for a deprecated version; discovery documents get none.
 - `POST /_fake/warnings` adds rules `{"path": regex, "method"?: "POST", "text": "..."}` (a rule
   or a list); each request whose path the regex searches (and whose method matches) gets one
   Warning per matching rule, until `DELETE /_fake/warnings`. `GET` lists them.
@@ -46,11 +47,11 @@ class Warnings:
             if m:
                 group, version = (m.group(2) or ""), (m.group(1) or m.group(3))
                 gv = "%s/%s" % (group, version) if group else version
-                if gv in self.deprecated:
-                    plural = m.group(4) or ""
-                    rt = self.registry.get(group, version, plural) if plural else None
-                    what = " " + (rt.kind if rt is not None else plural) if plural else ""
-                    out.append(header_value("%s%s is deprecated" % (gv, what)))
+                plural = m.group(4)
+                if gv in self.deprecated and plural:  # resources, not discovery documents
+                    rt = self.registry.get(group, version, plural)
+                    out.append(header_value("%s %s is deprecated"
+                                            % (gv, rt.kind if rt is not None else plural)))
         with self.lock:
             rules = list(self.rules)
         for r in rules:
