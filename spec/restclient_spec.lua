@@ -132,17 +132,20 @@ describe("REST client flow control, warnings and impersonation", function()
   describe("Retry-After", function()
     it("sends a GET again after the server's delay, through the throttle", function()
       with_fake_clock(function(sleeps)
-        local c = client{ qps = -1 }
-        assert(c:create("configmaps", cm("r1", "default")))
+        local c = client{ qps = 0.25, burst = 1 } -- a token every 4 s
+        assert(c:create("configmaps", cm("r1", "default"))) -- takes the only token
         srv:clear_requests()
         srv:fault{ path = "/configmaps/r1$", times = 2, action = { status = 429, retry_after = 2 } }
         local got = assert(c:get("configmaps", "default/r1"))
         assert.equal("r1", got.metadata.name)
-        assert.same({ 2, 2 }, sleeps)
+        -- throttle 4 s, Retry-After 2 s, throttle the rest of the 4 s (2), Retry-After, throttle
+        assert.same({ 4, 2, 2, 2, 2 }, sleeps)
         assert.equal(3, #requests_to(srv, "GET", "/configmaps/r1$")) -- two 429s, then the answer
         local st = c:status()
         assert.equal(2, st.retries)
         assert.equal(4, st.retry_wait_seconds)
+        assert.equal(3, st.throttled)
+        assert.equal(8, st.throttle_wait_seconds)
         assert.equal(4, st.requests) -- the create, then three GETs
       end)
     end)
@@ -181,11 +184,19 @@ describe("REST client flow control, warnings and impersonation", function()
         assert.equal(1, #requests_to(srv, "GET", "/configmaps/later$"))
         assert.equal(1, #requests_to(srv, "GET", "/configmaps/broken$"))
 
+        -- The call's timeout bounds its retries: 2 s leave room for one wait of 1 s.
+        srv:fault{ path = "/configmaps/short$", times = -1, action = { status = 429, retry_after = 1 } }
+        _, err = c:get("configmaps", "default/short", { timeout = 2 })
+        assert.equal(429, err.code)
+        assert.equal(1, err.retries)
+        assert.equal(2, #requests_to(srv, "GET", "/configmaps/short$"))
+        srv:clear_faults()
+
         local never = client{ max_retries = 0 }
         srv:fault{ path = "/configmaps/once$", action = { status = 429, retry_after = 1 } }
         _, err = never:get("configmaps", "default/once")
         assert.equal(429, err.code)
-        assert.same({ 1, 1 }, sleeps) -- only the first client's two waits
+        assert.same({ 1, 1, 1 }, sleeps) -- "busy" twice, "short" once; never any for "once"
       end)
     end)
   end)
