@@ -116,8 +116,9 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
     SET(CURLOPT_HTTPHEADER, headers);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, &b);
+    /* at least 1 ms: 0 would mean no timeout at all to libcurl */
     SET(CURLOPT_TIMEOUT_MS, (long)((req->timeout > 0 ? req->timeout : KINF_REQUEST_DEFAULT_TIMEOUT) *
-                                   1000));
+                                   1000) + 1);
     if (strcmp(req->method, "GET") != 0)
         SET(CURLOPT_CUSTOMREQUEST, req->method);
     if (req->body != NULL) {

@@ -126,6 +126,9 @@ describe("REST client flow control, warnings and impersonation", function()
                        "bad argument #1 to 'client' (option 'max_retries' must be a whole number >= 0)")
       assert.has_error(function() client{ qps = "fast" } end,
                        "bad argument #1 to 'client' (option 'qps' must be a number, got string)")
+      local c = client()
+      assert.has_error(function() c:get("configmaps", "default/x", { timeout = "5" }) end,
+                       "bad argument #3 to 'get' (option 'timeout' must be a number >= 0)")
     end)
   end)
 

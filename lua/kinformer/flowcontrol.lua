@@ -14,7 +14,8 @@
 --   included; it takes a token, sleeping until there is one (a reservation: x/time/rate's Wait).
 -- - retry_wait(code, retry_after, retries, left) -> seconds | nil: client-go's checkWait, i.e.
 --   a 429 or a 5xx that carries Retry-After, for any verb, at most max_retries times per call,
---   and only when the call's remaining time (left) exceeds the wait; a Retry-After above
+--   and only when the call's remaining time (left) exceeds the wait by MIN_ATTEMPT; a
+--   Retry-After above
 --   MAX_RETRY_WAIT is not waited for here (the error goes back to the caller, with
 --   err.retry_after for its work queue): a REST call never blocks on one wait longer than that.
 -- - Waits go through kinformer.clock (now and sleep, read at each use: a spec may fake them).
@@ -35,6 +36,7 @@ local _M = {
   DEFAULT_MAX_RETRIES = 10,  -- client-go's rest client maxRetries
   MAX_RETRY_WAIT = 10,       -- seconds: a longer Retry-After is left to the caller
   LONG_THROTTLE = 1,         -- seconds: a throttle wait this long is logged (client-go: 1 s)
+  MIN_ATTEMPT = 0.1,         -- seconds a retry must have left of the call's timeout
 }
 
 local Flow = {}
@@ -94,7 +96,7 @@ function Flow:retry_wait(code, retry_after, retries, left)
   if code ~= 429 and code < 500 then return nil end
   if retry_after > _M.MAX_RETRY_WAIT then return nil end
   if retry_after < 0 then retry_after = 0 end
-  if retry_after >= left then return nil end
+  if left - retry_after < _M.MIN_ATTEMPT then return nil end
   return retry_after
 end
 

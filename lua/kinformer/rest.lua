@@ -95,7 +95,12 @@ local KNOWN_OPTS = {
 local function check_opts(fname, n, opts)
   if opts == nil then return {} end
   if type(opts) ~= "table" then raise(n, fname, "options table expected, got " .. type(opts)) end
-  return argcheck.options(opts, KNOWN_OPTS, fname, n)
+  argcheck.options(opts, KNOWN_OPTS, fname, n)
+  local t = opts.timeout
+  if t ~= nil and not (type(t) == "number" and t >= 0) then
+    raise(n, fname, "option 'timeout' must be a number >= 0")
+  end
+  return opts
 end
 
 local function escape(s)
