@@ -302,6 +302,19 @@ describe("REST client flow control, warnings and impersonation", function()
       local again = client{ token = PLAIN }
       local _, nf = again:get("configmaps", "default/x")
       assert.equal(404, nf.code) -- without impersonation the same token is fine
+
+      -- POST /_fake/authz changes who may impersonate at run time.
+      local admin_as_jane = client{ impersonate_user = "jane" }
+      srv:control("POST", "/_fake/authz", { impersonators = {} })
+      local ok, st = pcall(function()
+        local _, e = admin_as_jane:get("configmaps", "default/x")
+        return e
+      end)
+      srv:control("POST", "/_fake/authz", { impersonators = { "admin" } })
+      assert(ok, st)
+      assert.equal(403, st.code)
+      assert.same({ impersonators = { "admin" }, deny = { { user = "viewer", verb = "create" } } },
+                  srv:control("GET", "/_fake/authz"))
     end)
 
     it("comes from the kubeconfig's as fields", function()
