@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "client_impl.h"
+#include "impersonate.h"
 
 #define PEM_CHECK_MAX (1024 * 1024) /* bytes of a PEM file read at creation to check it */
 /* Received bytes in flight between the I/O thread and the scanner thread: at most
@@ -251,6 +252,7 @@ static void client_free_config(kinf_client *c)
 {
     curl_slist_free_all(c->headers);
     curl_slist_free_all(c->connect_to);
+    kinf_warnings_free(c->warnings);
     kinf_creds_free(c->creds);
     free(c->server);
     free(c->base);
@@ -270,6 +272,7 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
 {
     kinf_client *c;
     kinf_creds_config cc;
+    kinf_impersonation imp;
     size_t len;
     int failed = 0;
 
@@ -316,6 +319,14 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
     if (cfg->tls_server_name && cfg->tls_server_name[0] &&
         (*err = setup_server_name(c, cfg->tls_server_name, errbuf, errlen)) != KINF_OK)
         goto fail;
+    imp.user = cfg->impersonate_user;
+    imp.uid = cfg->impersonate_uid;
+    imp.groups = cfg->impersonate_groups;
+    imp.extra = cfg->impersonate_extra;
+    if ((*err = kinf_impersonation_headers(&imp, &c->headers, errbuf, errlen)) != KINF_OK)
+        goto fail;
+    if ((c->warnings = kinf_warnings_new()) == NULL)
+        goto nomem;
     memset(&cc, 0, sizeof(cc));
     cc.token = cfg->token;
     cc.token_file = cfg->token_file && cfg->token_file[0] ? cfg->token_file : NULL;
@@ -390,6 +401,11 @@ void kinf_client_unref(kinf_client *c)
     pthread_mutex_destroy(&c->mu);
     free(c);
     curl_global_cleanup();
+}
+
+kinf_warnings *kinf_client_warnings(kinf_client *c)
+{
+    return c->warnings;
 }
 
 const char *kinf_client_server(const kinf_client *c)

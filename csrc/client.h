@@ -23,6 +23,13 @@
  *   verified; the connection still goes to the URL's host and port, whose authority is also
  *   the Host header.
  *
+ * - Impersonation (client-go's ImpersonationConfig): with impersonate_user set, every request
+ *   (list, watch and blocking) carries the Impersonate-* headers (impersonate.h); what
+ *   impersonate.h refuses is KINF_EINVAL at creation.
+ * - Warning headers (warning.h) of every response, list/watch and blocking, are noted in the
+ *   client's record (kinf_client_warnings): counted, and each distinct text queued once for the
+ *   Lua thread to log.
+ *
  * - Blocking requests (request.h) run on the caller's thread with easy handles from
  *   kinf_client_easy; they share the credentials (under a lock of their own) but not the I/O
  *   thread, so they neither wait for watches nor delay them.
@@ -41,6 +48,7 @@
 #include "kinf.h"
 #include "pipe.h"
 #include "transport.h"
+#include "warning.h"
 
 typedef struct kinf_client kinf_client;
 
@@ -65,6 +73,11 @@ typedef struct kinf_client_config {
                                       i.e. the *_proxy environment variables */
     double connect_timeout;        /* seconds; 0: 10 s */
     const char *user_agent;        /* NULL: "kinformer/VERSION" */
+    /* Impersonation: all NULL for none; uid, groups and extra need a user. */
+    const char *impersonate_user;
+    const char *impersonate_uid;
+    const char *const *impersonate_groups; /* NULL-terminated, or NULL */
+    const char *const *impersonate_extra;  /* NULL-terminated pairs: key, value, key, value... */
 } kinf_client_config;
 
 kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char *errbuf,
@@ -102,6 +115,8 @@ void kinf_client_redact(kinf_client *c, char *msg, size_t len);
  * 127.0.0.1: SSL certificate problem: self-signed certificate". Secrets are redacted. */
 void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, char *buf,
                                 size_t len);
+/* The record of the Warning headers this client received (warning.h); lives as long as c. */
+kinf_warnings *kinf_client_warnings(kinf_client *c);
 /* The server URL as configured (no secrets in it). */
 const char *kinf_client_server(const kinf_client *c);
 

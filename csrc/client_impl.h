@@ -22,10 +22,12 @@ struct kinf_client {
     char *user_agent, *proxy;
     char *ca_file, *cert_file, *key_file;
     char *ca_data, *cert_data, *key_data; /* PEM; key_data is wiped when freed */
-    struct curl_slist *headers; /* Accept (and Host with tls_server_name); no secrets */
+    struct curl_slist *headers; /* Accept (Host with tls_server_name, Impersonate-*); no
+                                   secrets */
     struct curl_slist *connect_to; /* tls_server_name: the URL's real host and port */
     int insecure;
     long connect_timeout_ms;
+    kinf_warnings *warnings;    /* its own lock (warning.h) */
     kinf_creds *creds;          /* [creds_mu]: the I/O thread and blocking requests
                                    (request.h) share it */
     pthread_mutex_t creds_mu;   /* taken alone, never with mu; a refresh (exec plugin) runs

@@ -23,6 +23,7 @@
  * the reflectors queue: the write callback copies body bytes into the pipe and returns at once.
  * Both threads start with the first attach (the pipe's at its first write) and are joined by
  * the last unref (client.c): the I/O thread first (it is the pipe's only writer), then the pipe.
+ * Warning headers are noted in the client's record (warning.h) as they arrive.
  *
  * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
  * c->xfers is the I/O thread's alone.
@@ -83,6 +84,8 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     x->last_byte = kinf_now();
     if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
         x->retry_after = strtod(data + 12, NULL);
+    else if (len > 8 && strncasecmp(data, "Warning:", 8) == 0)
+        kinf_warnings_note(x->c->warnings, data + 8, len - 8);
     return len;
 }
 

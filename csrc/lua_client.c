@@ -12,6 +12,7 @@
  * watching; the client's I/O thread ends with the last reference to the client.
  */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,7 @@ typedef struct lclient {
 
 typedef struct lreflector {
     kinf_reflector *r;
+    kinf_client *client; /* a reference of our own: its warnings are logged with r's lines */
 } lreflector;
 
 /*
@@ -209,6 +211,17 @@ static int client_from_options(lua_State *L, const opts *o)
     cfg.user_agent = opt_string(L, o, "user_agent");
     cfg.insecure_skip_tls_verify = opt_bool(L, o, "insecure_skip_tls_verify", 0);
     cfg.connect_timeout = opt_number(L, o, "connect_timeout");
+    cfg.impersonate_user = opt_string(L, o, "impersonate_user");
+    cfg.impersonate_uid = opt_string(L, o, "impersonate_uid");
+    cfg.impersonate_groups = opt_string_array(L, o, "impersonate_groups"); /* on the stack */
+    cfg.impersonate_extra = opt_string_array(L, o, "impersonate_extra");
+    if (cfg.impersonate_extra != NULL) {
+        size_t n = 0;
+        while (cfg.impersonate_extra[n] != NULL)
+            n++;
+        if (n % 2 != 0)
+            bad_value(L, o, "option 'impersonate_extra' must hold key, value pairs");
+    }
     cfg.exec = opt_exec(L, o, &exec); /* its arrays stay on the stack until we return */
     lc = lua_newuserdata(L, sizeof(*lc));
     lc->client = NULL;
@@ -236,7 +249,7 @@ static int l_client(lua_State *L)
         "server", "token", "token_file", "username", "password", "exec", "ca_file", "ca_data",
         "client_cert_file", "client_cert_data", "client_key_file", "client_key_data",
         "tls_server_name", "insecure_skip_tls_verify", "proxy", "connect_timeout", "user_agent",
-        NULL};
+        "impersonate_user", "impersonate_uid", "impersonate_groups", "impersonate_extra", NULL};
     opts o = {1, "client", 0};
     int rc;
 
@@ -278,6 +291,35 @@ static int c_gc(lua_State *L)
     return 0;
 }
 
+/* Logs (kl_log, level warn) the Warning texts the client received for the first time
+ * (warning.h), on this thread: client-go's warning handler with deduplication. */
+static void drain_warnings(lua_State *L, kinf_client *c)
+{
+    char text[KINF_WARNING_MAX], line[KINF_WARNING_MAX + 32];
+    while (kinf_warnings_next(kinf_client_warnings(c), text, sizeof(text))) {
+        snprintf(line, sizeof(line), "API server warning: %s", text);
+        kl_log(L, "warn", line);
+    }
+}
+
+/* client:status() -> { warnings = n, warnings_distinct = n, warnings_dropped = n }; logs the
+ * new warnings first. */
+static int c_status(lua_State *L)
+{
+    kinf_client *c = check_client(L);
+    kinf_warnings_counts wc;
+    drain_warnings(L, c);
+    kinf_warnings_get_counts(kinf_client_warnings(c), &wc);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)wc.total);
+    lua_setfield(L, -2, "warnings");
+    lua_pushinteger(L, (lua_Integer)wc.distinct);
+    lua_setfield(L, -2, "warnings_distinct");
+    lua_pushinteger(L, (lua_Integer)wc.dropped);
+    lua_setfield(L, -2, "warnings_dropped");
+    return 1;
+}
+
 static int c_server(lua_State *L)
 {
     lua_pushstring(L, kinf_client_server(check_client(L)));
@@ -288,7 +330,8 @@ static int c_server(lua_State *L)
  *                [, accept]]]])
  * -> status, body, retry_after (or nil), content_type | nil, err, code ("EIO", "ETOOBIG",
  * "ENOMEM": kinf_errname).
- * Blocks this thread until the answer (request.h). */
+ * Blocks this thread until the answer (request.h). New Warning texts are logged before it
+ * returns. */
 static int c_request(lua_State *L)
 {
     kinf_client *client = check_client(L);
@@ -330,6 +373,7 @@ static int c_request(lua_State *L)
     else
         lua_pushnil(L);
     lua_pushstring(L, resp.content_type);
+    drain_warnings(L, client); /* after the body is freed: logging may raise (memory) */
     return 4;
 }
 
@@ -373,6 +417,7 @@ static int c_reflector(lua_State *L)
 
     lr = kl_newuserdata(L, sizeof(*lr)); /* 4 */
     lr->r = NULL;
+    lr->client = NULL;
     luaL_setmetatable(L, REFLECTOR_MT);
     lua_createtable(L, 0, 2);
     lua_pushvalue(L, 1);
@@ -386,6 +431,7 @@ static int c_reflector(lua_State *L)
     }
     if (lr->r == NULL)
         return kl_fail(L, err, msg);
+    lr->client = kinf_client_ref(client);
     return 1;
 }
 
@@ -419,6 +465,8 @@ static int r_gc(lua_State *L)
     lreflector *lr = luaL_checkudata(L, 1, REFLECTOR_MT);
     kinf_reflector_free(lr->r);
     lr->r = NULL;
+    kinf_client_unref(lr->client); /* after the reflector, which holds the client too */
+    lr->client = NULL;
     return 0;
 }
 
@@ -445,7 +493,10 @@ static void drain_log(lua_State *L, kinf_reflector *r)
 
 static int r_drain_log(lua_State *L)
 {
+    lreflector *lr;
     drain_log(L, check_reflector(L));
+    lr = luaL_checkudata(L, 1, REFLECTOR_MT);
+    drain_warnings(L, lr->client); /* the Warning headers of its lists and watches, among others */
     return 0;
 }
 
@@ -498,6 +549,7 @@ static const luaL_Reg CLIENT_METHODS[] = {
     {"reflector", c_reflector},
     {"request", c_request},
     {"server", c_server},
+    {"status", c_status},
     {NULL, NULL},
 };
 

@@ -430,6 +430,24 @@ static int l_take_signal(lua_State *L)
     return 1;
 }
 
+/* sleep(seconds): blocks this thread that long. A signal does not end it early and is not
+ * consumed: a caught SIGINT / SIGTERM stays for the next wait or take_signal to report (the
+ * REST client's throttle and Retry-After waits, which are short, use it). */
+static int l_sleep(lua_State *L)
+{
+    double seconds = luaL_checknumber(L, 1);
+    struct timespec left;
+    if (!(seconds > 0))
+        return 0;
+    if (seconds > 86400)
+        seconds = 86400;
+    left.tv_sec = (time_t)seconds;
+    left.tv_nsec = (long)((seconds - (double)left.tv_sec) * 1e9);
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+    return 0;
+}
+
 /* wait({fd, ...}, timeout) -> "ready" | "timeout" | "signal", signal name */
 static int l_wait(lua_State *L)
 {
@@ -484,6 +502,7 @@ static const luaL_Reg LOOP_FUNCS[] = {
     {"wall_time", l_wall_time},
     {"catch_signals", l_catch_signals},
     {"wait", l_wait},
+    {"sleep", l_sleep},
     {"take_signal", l_take_signal},
     {NULL, NULL},
 };

@@ -3,7 +3,8 @@
  *
  * An easy handle from kinf_client_easy (auth, TLS, timeouts as for watches), plus the method,
  * the body and a Content-Type; curl_easy_perform on the caller's thread. The response body is
- * collected into a growing buffer that refuses to pass max_response_bytes.
+ * collected into a growing buffer that refuses to pass max_response_bytes. Warning headers go
+ * to the client's record (warning.h), which counts them and queues new texts for the log.
  */
 #include "request.h"
 
@@ -61,6 +62,25 @@ static double retry_after(CURL *easy)
     return end != h->value && v >= 0 ? v : -1; /* the HTTP-date form is not used by Kubernetes */
 }
 
+/* Notes the response's Warning headers in the client's record (warning.h); returns how many
+ * warnings they held. */
+static unsigned note_warnings(kinf_client *c, CURL *easy)
+{
+    struct curl_header *h = NULL;
+    size_t amount;
+    unsigned n = 0;
+    if (curl_easy_header(easy, "Warning", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || h == NULL)
+        return 0;
+    amount = h->amount;
+    for (size_t i = 0; i < amount; i++) {
+        if (i > 0 && (curl_easy_header(easy, "Warning", i, CURLH_HEADER, -1, &h) != CURLHE_OK ||
+                      h == NULL))
+            break;
+        n += (unsigned)kinf_warnings_note(kinf_client_warnings(c), h->value, strlen(h->value));
+    }
+    return n;
+}
+
 /* One attempt; *got_401 tells the caller the answer was 401 (its credential now stale). */
 static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *out,
                         int *got_401, char *errbuf, size_t errlen)
@@ -106,8 +126,9 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
     SET(CURLOPT_HTTPHEADER, headers);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, &b);
+    /* at least 1 ms: 0 would mean no timeout at all to libcurl */
     SET(CURLOPT_TIMEOUT_MS, (long)((req->timeout > 0 ? req->timeout : KINF_REQUEST_DEFAULT_TIMEOUT) *
-                                   1000));
+                                   1000) + 1);
     if (strcmp(req->method, "GET") != 0)
         SET(CURLOPT_CUSTOMREQUEST, req->method);
     if (req->body != NULL) {
@@ -144,6 +165,7 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
     out->retry_after = retry_after(easy);
     if (curl_easy_getinfo(easy, CURLINFO_CONTENT_TYPE, &got_ctype) == CURLE_OK && got_ctype != NULL)
         snprintf(out->content_type, sizeof(out->content_type), "%s", got_ctype);
+    out->warnings = note_warnings(c, easy);
     if (b.p == NULL && (b.p = malloc(1)) == NULL) {
         kinf_errmsg(errbuf, errlen, "out of memory");
         err = KINF_ENOMEM;

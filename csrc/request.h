@@ -50,6 +50,8 @@ typedef struct kinf_response {
     size_t len;
     double retry_after; /* seconds from a Retry-After header in seconds form; -1: none */
     char content_type[256]; /* the response's Content-Type, "" when absent */
+    unsigned warnings;  /* Warning texts (code 299) it carried, noted in the client's record
+                           (kinf_client_warnings) for the log */
 } kinf_response;
 
 kinf_err kinf_request_do(kinf_client *c, const kinf_request *req, kinf_response *out,

@@ -27,6 +27,8 @@ CORE_SRC += csrc/backoff.c
 CORE_SRC += csrc/query.c
 CORE_SRC += csrc/credentials.c
 CORE_SRC += csrc/exec_credential.c
+CORE_SRC += csrc/warning.c
+CORE_SRC += csrc/impersonate.c
 
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c

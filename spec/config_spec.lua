@@ -268,8 +268,13 @@ contexts: [{name: c, context: {cluster: k, user: u}}, {name: nok, context: {clus
                    load_text(base:gsub("token: s3cr3t", "token: s3cr3t, username: a, password: s3cr3t")))
       assert.equal('kubeconfig DIR/config: user "u": auth-provider "oidc" is not supported (use an exec credential plugin)',
                    load_text(base:gsub("token: s3cr3t", "auth-provider: {name: oidc, config: {id-token: s3cr3t}}")))
-      assert.equal('kubeconfig DIR/config: user "u": impersonation (as) is not supported', load_text(base:gsub("token: s3cr3t",
-        "token: s3cr3t, as: admin")))
+      assert.equal('kubeconfig DIR/config: user "u": as-groups must be a list of strings', load_text(base:gsub("token: s3cr3t",
+        "token: s3cr3t, as: admin, as-groups: admins")))
+      assert.equal('kubeconfig DIR/config: user "u": as-user-extra must map names to lists of strings',
+                   load_text(base:gsub("token: s3cr3t", "token: s3cr3t, as: admin, as-user-extra: {scopes: view}")))
+      assert.equal('kubeconfig DIR/config, context c: impersonating a uid, groups or extra needs impersonate_user',
+                   (select(2, kinformer.client{ kubeconfig = write(dir .. "/config", base:gsub("token: s3cr3t",
+                     "token: s3cr3t, as-groups: [admins]")) }):gsub(dir, "DIR")))
       assert.equal('kubeconfig DIR/config: user "u": exec interactiveMode Always is not supported (kinformer runs plugins '
         .. 'without a terminal)', load_text(base:gsub("token: s3cr3t",
         "exec: {apiVersion: client.authentication.k8s.io/v1, command: x, interactiveMode: Always}")))
@@ -386,6 +391,62 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
       c, err = kinformer.client{ kubeconfig = kc }
       assert.is_nil(c)
       assert.matches("CA file " .. dir:gsub("%p", "%%%0") .. "/ca2.pem: Is a directory", err)
+    end)
+  end)
+
+  describe("impersonation", function()
+    local kubeconfig_text = [[
+current-context: c
+clusters: [{name: k, cluster: {server: "http://127.0.0.1:1"}}]
+users:
+- name: u
+  user:
+    token: s3cr3t
+    as: jane
+    as-uid: "1234"
+    as-groups: [devs, "system:authenticated"]
+    as-user-extra: {scopes: [view, edit], "example.com/team": [blue]}
+contexts: [{name: c, context: {cluster: k, user: u}}]
+]]
+
+    it("reads as, as-uid, as-groups and as-user-extra from the kubeconfig user", function()
+      local o = assert(config.load{ kubeconfig = write(dir .. "/config", kubeconfig_text) })
+      assert.equal("jane", o.impersonate_user)
+      assert.equal("1234", o.impersonate_uid)
+      assert.same({ "devs", "system:authenticated" }, o.impersonate_groups)
+      -- flattened to key, value pairs, keys sorted
+      assert.same({ "example.com/team", "blue", "scopes", "view", "scopes", "edit" }, o.impersonate_extra)
+      assert(kinformer.client{ kubeconfig = dir .. "/config" })
+    end)
+
+    it("lets options override the kubeconfig field by field, as kubectl --as does", function()
+      local o = assert(config.load{ kubeconfig = write(dir .. "/config", kubeconfig_text),
+                                    impersonate_user = "joe", impersonate_extra = { reason = "audit" } })
+      assert.equal("joe", o.impersonate_user)
+      assert.same({ "devs", "system:authenticated" }, o.impersonate_groups) -- kept
+      assert.same({ "reason", "audit" }, o.impersonate_extra)
+    end)
+
+    it("takes the same options with a server, and refuses bad ones at the caller's line", function()
+      local o = assert(config.load{ server = "http://127.0.0.1:1", impersonate_user = "jane",
+                                    impersonate_groups = { "a" }, impersonate_extra = { k = { "1", "2" } } })
+      assert.same({ "k", "1", "k", "2" }, o.impersonate_extra)
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_groups = { "g" } } end,
+        "bad argument #1 to 'client' (impersonating a uid, groups or extra needs impersonate_user)")
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_user = "a\r\nX-Evil: 1" } end,
+        "bad argument #1 to 'client' (impersonate_user must not contain control characters)")
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_user = "a",
+                                                    impersonate_groups = "g" } end,
+        "bad argument #1 to 'client' (option 'impersonate_groups' must be a table, got string)")
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_user = "a",
+                                                    impersonate_groups = { "g", 2 } } end,
+        "bad argument #1 to 'client' (option 'impersonate_groups' must be an array of strings)")
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_user = "a",
+                                                    impersonate_groups = { "" } } end,
+        "bad argument #1 to 'client' (impersonate_groups: group 1 is empty or holds a control character)")
+      assert.has_error(function() kinformer.client{ server = "http://127.0.0.1:1", impersonate_user = "a",
+                                                    impersonate_extra = { k = { 1 } } } end,
+        "bad argument #1 to 'client' (option 'impersonate_extra' must map names to a string or an array of strings)")
     end)
   end)
 

@@ -1,10 +1,11 @@
---- kinformer.clock (internal): the clock the informers' resync timing and the discovery
--- refresh interval read.
+--- kinformer.clock (internal): the clock the informers' resync timing, the discovery refresh
+-- interval and the REST client's waits (throttling, Retry-After) read.
 --
--- Contract: clock.now() -> seconds on the monotonic clock (kinformer.core.now). The informer
--- and discovery modules read the field on every use, never cache it, so a spec can set
--- clock.now to a fake clock (client-go's fake clock) and restore core.now after. Nothing else
--- writes it.
+-- Contract: clock.now() -> seconds on the monotonic clock (kinformer.core.now); clock.sleep(s)
+-- blocks the calling thread s seconds (kinformer.core.sleep: not cut short by a signal, which
+-- stays for kinformer's next wait to report). The modules read the fields on every use, never
+-- cache them, so a spec can set clock.now and clock.sleep to a fake clock (client-go's fake
+-- clock) and restore the core functions after. Nothing else writes them.
 local core = require "kinformer.core"
 
-return { now = core.now }
+return { now = core.now, sleep = core.sleep }

@@ -22,6 +22,7 @@ local base64 = require "kinformer.base64"
 local kubeconfig = require "kinformer.config.kubeconfig"
 local incluster = require "kinformer.config.incluster"
 local exec = require "kinformer.config.exec"
+local impersonation = require "kinformer.config.impersonation"
 local util = require "kinformer.config.util"
 
 local raise = argcheck.raise
@@ -59,15 +60,20 @@ local CONNECTION = {
   tls_server_name = "string", proxy = "string", insecure_skip_tls_verify = "boolean",
   exec = "table",
 }
--- Options that apply whatever the source.
-local TUNING = { connect_timeout = "number", user_agent = "string" }
+-- Options that apply whatever the source (qps, burst and max_retries are the REST client's,
+-- kinformer.flowcontrol).
+local TUNING = { connect_timeout = "number", user_agent = "string", qps = "number",
+                 burst = "number", max_retries = "number" }
+-- Impersonation: with `server`, or over what a kubeconfig says, field by field (kubectl --as).
+local IMPERSONATION = { impersonate_user = "string", impersonate_uid = "string",
+                        impersonate_groups = "table", impersonate_extra = "table" }
 -- Options that choose the source.
 local SELECT = { kubeconfig = "string|table", context = "string", namespace = "string",
                  in_cluster = "boolean", service_account_dir = "string" }
 
 local function check_types(opts)
   for k, v in pairs(opts) do
-    local want = CONNECTION[k] or TUNING[k] or SELECT[k]
+    local want = CONNECTION[k] or TUNING[k] or SELECT[k] or IMPERSONATION[k]
     if want == nil then
       raise(1, "client", "unknown option '" .. tostring(k) .. "'")
     end
@@ -91,6 +97,7 @@ local function from_options(opts)
   for k in pairs(CONNECTION) do o[k] = opts[k] end
   for k in pairs(TUNING) do o[k] = opts[k] end
   if opts.exec then o.exec = exec.from_option(opts.exec, o) end
+  for k, v in pairs(impersonation.from_options(opts)) do o[k] = v end
   o.namespace = opts.namespace or "default"
   o.source = "options"
   return o
@@ -152,6 +159,7 @@ function _M.load(opts)
   end
   if not o then return nil, err end
   for k in pairs(TUNING) do o[k] = opts[k] end
+  for k, v in pairs(impersonation.from_options(opts)) do o[k] = v end
   if opts.namespace then o.namespace = opts.namespace end
   return o
 end

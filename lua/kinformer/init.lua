@@ -35,6 +35,7 @@ _M.is_tombstone = core.is_tombstone
 
 local discovery = require "kinformer.discovery"
 local config = require "kinformer.config"
+local flowcontrol = require "kinformer.flowcontrol"
 local shorten = require("kinformer.config.util").shorten
 
 local Client = {}
@@ -47,6 +48,8 @@ Client.__index = Client
 -- docs/config.md): opts may then name `kubeconfig`, `context`, `namespace`, `in_cluster`.
 -- With `server`, opts describe it all: token, token_file, username/password, exec, ca_file,
 -- ca_data, client_cert_*, client_key_*, tls_server_name, proxy, insecure_skip_tls_verify.
+-- Whatever the source: qps, burst, max_retries (REST calls), connect_timeout, user_agent,
+-- impersonate_user, impersonate_uid, impersonate_groups, impersonate_extra.
 -- Fields: client.server, client.namespace (the context's, or "default"), client.context,
 -- client.source ("options", "kubeconfig PATHS", "in-cluster").
 function _M.client(opts)
@@ -54,6 +57,7 @@ function _M.client(opts)
   if not o then return nil, err end
   local namespace, source, context = o.namespace, o.source, o.context
   o.namespace, o.source, o.context = nil, nil, nil
+  local flow = flowcontrol.new(o) -- takes qps, burst, max_retries out of o (raises if bad)
   -- The core returns bad values as nil, err, "EINVAL" instead of raising: explicit options
   -- are the caller's arguments (raised at the caller's line), values from a file are data.
   local c, code
@@ -65,7 +69,8 @@ function _M.client(opts)
     end
     return nil, err, code
   end
-  return setmetatable({ _core = c, _mapper = discovery.new(c), server = c:server(),
+  return setmetatable({ _core = c, _mapper = discovery.new(c), _flow = flow,
+                        server = c:server(),
                         namespace = namespace, context = context, source = source }, Client)
 end
 
@@ -82,6 +87,14 @@ function Client:resolve(resource, opts)
                                                api_version = opts.api_version }
   if not res and code ~= "ENOTFOUND" then raise(1, "resolve", err) end
   return res, err, code
+end
+
+--- client:status() -> { requests, retries, retry_wait_seconds, throttled, throttle_wait_seconds,
+--   qps, burst, max_retries, warnings, warnings_distinct, warnings_dropped }
+-- The REST calls' counts (docs/rest.md) and the Warning headers of all its responses, list and
+-- watch included. Logs the warnings not logged yet.
+function Client:status()
+  return self._flow:status(self._core:status())
 end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,

@@ -11,9 +11,15 @@
 --   came), err.reason (the Status reason, e.g. "Conflict", "NotFound", "AlreadyExists";
 --   "Transport", "ResponseTooLarge" or "InvalidResponse" without a Status), err.message,
 --   err.status (the decoded Status, when the server sent one), err.retry_after (seconds, from
---   Retry-After), err.method and err.path. tostring(err) is "409 Conflict: <message>".
--- - Wrong arguments raise; nothing is retried here except a 401 with a refreshable credential
---   (in C). Controllers retry through their work queue (add_rate_limited, or add_after with
+--   Retry-After), err.method, err.path and err.retries. tostring(err) is "409 Conflict: <message>".
+-- - Every HTTP request of a call, retries included, first takes a token from the client's
+--   throttle (qps / burst, kinformer.flowcontrol). A 429, or a 5xx with Retry-After, is sent
+--   again after the server's delay (client-go's rule, any verb), at most max_retries times,
+--   only for a delay up to flowcontrol.MAX_RETRY_WAIT and only while the call's timeout (which
+--   bounds the whole call, as client-go's request timeout does) leaves time for the delay and
+--   the request; a 401 with a refreshable credential is
+--   sent once more (in C). err.retries says how many retries were made. Wrong arguments raise.
+--   Controllers retry the rest through their work queue (add_rate_limited, or add_after with
 --   err.retry_after).
 -- - Names: get/update/patch/delete take a name or an object key "namespace/name" (what the
 --   work queue hands out). A namespaced resource's namespace comes from the key, else
@@ -27,7 +33,10 @@ local cjson = require "cjson.safe"
 local resources = require "kinformer.resources"
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
+local clock = require "kinformer.clock"
 local raise = argcheck.raise
+
+local DEFAULT_TIMEOUT = 30 -- seconds for a whole call, retries included (csrc/request.h's too)
 
 local type, tostring, ipairs = type, tostring, ipairs
 local setmetatable, getmetatable = setmetatable, getmetatable
@@ -89,7 +98,12 @@ local KNOWN_OPTS = {
 local function check_opts(fname, n, opts)
   if opts == nil then return {} end
   if type(opts) ~= "table" then raise(n, fname, "options table expected, got " .. type(opts)) end
-  return argcheck.options(opts, KNOWN_OPTS, fname, n)
+  argcheck.options(opts, KNOWN_OPTS, fname, n)
+  local t = opts.timeout
+  if t ~= nil and not (type(t) == "number" and t >= 0) then
+    raise(n, fname, "option 'timeout' must be a number >= 0")
+  end
+  return opts
 end
 
 local function escape(s)
@@ -161,19 +175,36 @@ local function decode_ok(body, method, path)
   return v
 end
 
--- One request: -> decoded body | nil, err
+-- One call: throttled, retried after a Retry-After (kinformer.flowcontrol) -> decoded body |
+-- nil, err
 local function call(self, method, path, body, ctype, opts)
-  local core_client = self._core
-  local status, resp, retry_after = core_client:request(method, path, body, ctype, opts.timeout,
-                                                        opts.max_response_bytes)
-  if status == nil then
-    local code = retry_after
-    return nil, new_error{ code = 0, method = method, path = path,
-                           reason = code == "ETOOBIG" and "ResponseTooLarge" or "Transport",
-                           message = ("%s %s: %s"):format(method, path, resp) }
+  local core_client, flow = self._core, self._flow
+  local budget = opts.timeout
+  if budget == nil or budget <= 0 then budget = DEFAULT_TIMEOUT end
+  local t0 = clock.now()
+  local retries, timeout = 0, budget
+  while true do
+    flow:throttle(method, path)
+    local status, resp, retry_after = core_client:request(method, path, body, ctype, timeout,
+                                                          opts.max_response_bytes)
+    if status == nil then
+      local code = retry_after
+      return nil, new_error{ code = 0, method = method, path = path, retries = retries,
+                             reason = code == "ETOOBIG" and "ResponseTooLarge" or "Transport",
+                             message = ("%s %s: %s"):format(method, path, resp) }
+    end
+    if status >= 200 and status < 300 then return decode_ok(resp, method, path) end
+    local left = budget - (clock.now() - t0)
+    local wait = flow:retry_wait(status, retry_after, retries, left)
+    if wait == nil then
+      local err = status_error(status, resp, retry_after, method, path)
+      err.retries = retries
+      return nil, err
+    end
+    retries = retries + 1
+    flow:before_retry(wait, status, method, path, retries)
+    timeout = left - wait -- the retry gets what is left of the call's timeout
   end
-  if status >= 200 and status < 300 then return decode_ok(resp, method, path) end
-  return nil, status_error(status, resp, retry_after, method, path)
 end
 
 local function write_params(opts, params)

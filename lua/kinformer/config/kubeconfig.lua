@@ -14,6 +14,7 @@ local argcheck = require "kinformer.argcheck"
 local base64 = require "kinformer.base64"
 local yaml = require "kinformer.config.yaml"
 local exec = require "kinformer.config.exec"
+local impersonation = require "kinformer.config.impersonation"
 local util = require "kinformer.config.util"
 
 local q, quote_list, sorted_keys, str_field = util.q, util.quote_list, util.sorted_keys,
@@ -183,7 +184,8 @@ local function apply_cluster(o, c, name)
   return o
 end
 
--- Fills o from a user entry (client-go precedence: token over tokenFile, a token over exec).
+-- Fills o from a user entry (client-go precedence: token over tokenFile, a token over exec;
+-- as, as-uid, as-groups, as-user-extra: impersonation).
 local function apply_user(o, u, name, cluster_ext)
   local what = "user " .. q(name)
   local e
@@ -192,11 +194,10 @@ local function apply_user(o, u, name, cluster_ext)
     return nil, ('%s: auth-provider %s is not supported (use an exec credential plugin)'):format(
       what, type(ap) == "string" and q(ap) or '"?"')
   end
-  for _, k in ipairs({ "as", "as-uid", "as-groups", "as-user-extra" }) do
-    if u[k] ~= nil then
-      return nil, what .. ": impersonation (" .. k .. ") is not supported"
-    end
-  end
+  local imp
+  imp, e = impersonation.from_kubeconfig(u, what)
+  if not imp then return nil, e end
+  for k, v in pairs(imp) do o[k] = v end
   local fields = {
     { "client-certificate-data", "client_cert_data", true },
     { "client-certificate", "client_cert_file" },

@@ -23,6 +23,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import aggregated, crds, partial, tables
 from .faults import LINE_FAULTS
+from .impersonation import Authz
+from .warning_headers import Warnings
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
 from .patch import APPLY, apply_patch
@@ -152,6 +154,7 @@ class Exchange:
         self.path = unquote(url.path)
         self.query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         self.fault = None
+        self.warnings = []  # Warning header values (warning_headers.py)
         self.started = False
         self.chunked = h.request_version != "HTTP/1.0"
         self.tls = isinstance(self.sock, ssl.SSLSocket)
@@ -192,6 +195,8 @@ class Exchange:
             self.h.close_connection = True  # HTTP/1.0: the body ends with the connection
         for k, v in (extra or {}).items():
             lines.append("%s: %s" % (k, v))
+        for w in self.warnings:
+            lines.append("Warning: " + w)
         if self.h.close_connection:
             lines.append("Connection: close")
         self.started = True
@@ -308,7 +313,9 @@ class App:
         self.server_address = ""
         # Accepted credentials; POST /_fake/auth replaces them (token rotation in specs).
         self.auth_lock = threading.Lock()
-        self.tokens = set(opts.token or [])
+        self.authz = Authz(opts)  # named tokens, impersonation, deny rules (impersonation.py)
+        self.warnings = Warnings(opts, self.registry)  # Warning headers (warning_headers.py)
+        self.tokens = set(opts.token or []) | self.authz.tokens()
         self.basic = set(getattr(opts, "basic_auth", None) or [])
         # Outages (/_fake/restart and the "restart" fault). main sets httpd and listen_again.
         self.httpd = None
@@ -340,6 +347,7 @@ class App:
                 entry["accept"] = ", ".join(accept)
             if auth != "anonymous":  # only servers with authentication say who asked
                 entry["auth"], entry["user"] = auth or "none", user
+            entry.update(self.authz.log_fields(x))
             with self.requests_lock:
                 self.requests.append(entry)
                 if len(self.requests) > self.opts.max_requests:
@@ -347,6 +355,8 @@ class App:
             if auth is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             is_watch = "/watch/" in x.path or x.query.get("watch") in _TRUE
+            self.authz.authorize(x, auth, user, is_watch)
+            x.warnings = self.warnings.for_request(x.method, x.path)
             x.fault = self.faults.take(x.method, x.path, x.query, is_watch)
             if x.fault is not None:
                 self.log("fault %s on %s %s", x.fault.kind, x.method, h.path)
@@ -439,7 +449,7 @@ class App:
                 return "x509", cn[0] if cn else ""
         header = x.h.headers.get("Authorization") or ""
         if header.startswith("Bearer ") and header[7:] in tokens:
-            return "bearer", ""
+            return "bearer", self.authz.token_user(header[7:])
         if header.startswith("Basic ") and basic:
             try:
                 pair = base64.b64decode(header[6:], validate=True).decode("utf-8")
@@ -822,6 +832,10 @@ class App:
                 with self.auth_lock:
                     return x.send_json(200, {"tokens": len(self.tokens), "basic": len(self.basic),
                                              "client_ca": bool(self.opts.client_ca)})
+            if p == "/_fake/authz":
+                return self.authz.control(x)
+            if p == "/_fake/warnings":
+                return self.warnings.control(x)
             if p == "/_fake/churn" and m == "POST":
                 body = x.json_body() or {}
                 self.cluster.set_churn(float(body.get("rate", 0)))

@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 
+from . import impersonation, warning_headers
 from .faults import Faults
 from .generate import Cluster
 from .handler import App, Handler
@@ -77,6 +78,8 @@ def parse_args(argv):
     a("--exit-with-parent", action="store_true",
       help="exit when the parent process dies (for test helpers)")
     a("--exit-on-stdin-eof", action="store_true", help="exit when stdin reaches end of file")
+    impersonation.add_args(a)
+    warning_headers.add_args(a)
     return p.parse_args(argv)
 
 
