@@ -13,6 +13,17 @@
  * idle_timeout old as KINF_XFER_TIMEDOUT, and never sleeps past the nearest such deadline.
  * (libcurl's low-speed check averages over its window and fired seconds late.)
  *
+ * Connections: transfers wait for the client's HTTP/2 connection rather than open their own
+ * (CURLOPT_PIPEWAIT; client.h). The I/O thread opens and closes its connections' sockets itself
+ * (CURLOPT_OPENSOCKETFUNCTION / CLOSESOCKETFUNCTION) and so knows them (c->socks); each
+ * transfer learns the ports of the connection it went out on (CURLOPT_PREREQFUNCTION, for new
+ * and reused connections alike). A transfer ended by the idle timer shuts its connection's
+ * socket down: a silent HTTP/2 connection stays in libcurl's cache while it carries other
+ * streams and would take the retries too (libcurl keeps a multiplexed connection when one
+ * stream is removed; it checks a connection only for being closed, which a frozen peer's is
+ * not). Shut down, it fails every stream on it at once and is never reused. HTTP/1.1 loses
+ * nothing: libcurl closes a connection whose response was cut short anyway.
+ *
  * A finished transfer whose status is 401 marks the credential generation it carried as stale
  * before its reflector sees the result; the reflector's normal error path (backoff, then a new
  * request) then picks up a refreshed token. The pipe's scanner thread (pipe.h) consumes what
@@ -23,17 +34,93 @@
  * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
  * c->xfers is the I/O thread's alone.
  */
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "client_impl.h"
 
 #define MAX_REFLECTORS_PER_CLIENT 4096
 #define RECV_BUFFER (128L * 1024)
 
+/* ---- the I/O thread's sockets ---- */
+
+static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    kinf_client *c = ud;
+    int fd;
+    (void)purpose;
+    fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    if (c->nsocks == c->socks_cap) {
+        size_t ncap = c->socks_cap ? c->socks_cap * 2 : 8;
+        int *grown = realloc(c->socks, ncap * sizeof(*grown));
+        if (grown == NULL)
+            return fd; /* works, untracked: an idle end cannot shut it down */
+        c->socks = grown;
+        c->socks_cap = ncap;
+    }
+    c->socks[c->nsocks++] = fd;
+    return fd;
+}
+
+static int close_socket(void *ud, curl_socket_t fd)
+{
+    kinf_client *c = ud;
+    for (size_t i = 0; i < c->nsocks; i++) {
+        if (c->socks[i] == fd) {
+            c->socks[i] = c->socks[--c->nsocks];
+            break;
+        }
+    }
+    return close(fd);
+}
+
+/* The port of an IPv4 or IPv6 socket address, 0 for anything else. */
+static int port_of(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    if (ss->ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    return 0;
+}
+
+/* Shuts down the socket of the connection x went out on (its ports identify it among the
+ * client's: they all go to one server or proxy). */
+static void shut_connection(kinf_client *c, const struct kinf_xfer *x)
+{
+    if (x->local_port == 0)
+        return; /* never connected: removing it closes its connection */
+    for (size_t i = 0; i < c->nsocks; i++) {
+        struct sockaddr_storage local, peer;
+        socklen_t ll = sizeof(local), pl = sizeof(peer);
+        if (getsockname(c->socks[i], (struct sockaddr *)&local, &ll) == 0 &&
+            getpeername(c->socks[i], (struct sockaddr *)&peer, &pl) == 0 &&
+            port_of(&local) == x->local_port && port_of(&peer) == x->peer_port) {
+            (void)shutdown(c->socks[i], SHUT_RDWR);
+            return;
+        }
+    }
+}
+
 /* ---- transfers ---- */
+
+/* Called once the connection is there (new or reused), before the request goes out. */
+static int on_prereq(void *ud, char *peer_ip, char *local_ip, int peer_port, int local_port)
+{
+    struct kinf_xfer *x = ud;
+    (void)peer_ip;
+    (void)local_ip;
+    x->local_port = local_port;
+    x->peer_port = peer_port;
+    return CURL_PREREQFUNC_OK;
+}
 
 static void link_xfer(kinf_client *c, struct kinf_xfer *x)
 {
@@ -119,6 +206,16 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
     failed |= curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, RECV_BUFFER) != CURLE_OK;
     failed |= curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
     failed |= curl_easy_setopt(easy, CURLOPT_HEADERDATA, x) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, c) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, c) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_prereq) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PREREQDATA, x) != CURLE_OK;
+    /* libcurl decodes: on_body gets the JSON. */
+    if (req->gzip)
+        failed |= curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "gzip") != CURLE_OK;
     if (failed || curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
         kinf_client_easy_free(easy);
         kinf_errmsg(errbuf, errlen, "cannot start a transfer");
@@ -128,10 +225,27 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
     return x;
 }
 
+/* Whether another transfer in flight went out on x's connection. */
+static int connection_shared(kinf_client *c, const struct kinf_xfer *x)
+{
+    for (const struct kinf_xfer *y = c->xfers; y != NULL; y = y->next)
+        if (y != x && y->local_port == x->local_port && y->peer_port == x->peer_port)
+            return 1;
+    return 0;
+}
+
 static void t_abort(void *impl, kinf_xfer *x)
 {
-    if (x != NULL)
-        drop_xfer(impl, x);
+    kinf_client *c = impl;
+    if (x == NULL)
+        return;
+    /* libcurl (7.88) queues an aborted HTTP/2 stream's RST_STREAM but sends it only with the
+     * connection's next frame: the last stream of a connection would stay open at the server
+     * (a watch there) until the connection is used again. Closed instead, it ends there at
+     * once; a stream that shares its connection is reset with the others' next frame. */
+    if (x->local_port != 0 && !connection_shared(c, x))
+        shut_connection(c, x);
+    drop_xfer(c, x);
 }
 
 /* Ends the transfers idle for their idle_timeout; returns the nearest idle deadline (or
@@ -145,6 +259,7 @@ again:
         if (now - x->last_byte >= x->idle) {
             char msg[64];
             snprintf(msg, sizeof(msg), "no data for %.0f s", x->idle);
+            shut_connection(c, x);
             finish(c, x, KINF_XFER_TIMEDOUT, msg);
             (*ended)++;
             goto again; /* on_done may have started a transfer: the list changed */

@@ -14,6 +14,8 @@
  * - A 401 answered to a refreshable credential (token file, exec plugin) marks it stale and the
  *   request is sent once more with the refreshed credential; a second 401 is returned as is.
  * - The body is sent as given (no encoding); content_type is required with a body.
+ * - The connection stays open for the next request of the client (kinf_client_easy_take /
+ *   give, client.h): consecutive requests share one connection and its TLS session.
  *
  * Threads: any thread; several threads may run requests on one client at once.
  * Ownership: out->body is malloc'd (NUL-terminated) and belongs to the caller: free it with
