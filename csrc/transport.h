@@ -54,6 +54,9 @@ typedef enum kinf_xfer_result {
 typedef struct kinf_xfer_request {
     const char *path_query;  /* "/api/v1/pods?watch=true&..." */
     double idle_timeout;     /* seconds without a byte (headers included): KINF_XFER_TIMEDOUT */
+    int gzip;                /* 1: ask for a gzip-encoded body (Accept-Encoding: gzip), which
+                                the transport decodes: on_body gets the decoded bytes either
+                                way; 0: no encoding asked for */
 } kinf_xfer_request;
 
 typedef struct kinf_xfer_callbacks {

@@ -8,6 +8,7 @@
  *                             ends). If the reflector is waiting (backoff, an immediate retry),
  *                             the clock moves to the time it waits for first. SC_NONE (q NULL)
  *                             when it asks for nothing.
+ *   sc_gzip(sc)               whether that request asked for gzip (-1: no request)
  *   sc_response(sc, code, ra) the response's status and Retry-After (code 0: no response came;
  *                             nothing is called).
  *   sc_body(sc, buf, len)     the next body bytes; returns what the reflector's on_body does
@@ -33,6 +34,7 @@ typedef enum { SC_NONE, SC_LIST, SC_WATCH } sc_req;
 struct kinf_xfer {
     kinf_xfer_callbacks cb;
     char *query;
+    int gzip;
 };
 
 typedef struct scripted {
@@ -76,6 +78,7 @@ static kinf_xfer *sc_get(void *impl, const kinf_xfer_request *req, const kinf_xf
         return NULL;
     }
     x->cb = *cb;
+    x->gzip = req->gzip;
     sc->cur = x;
     return x;
 }
@@ -145,6 +148,11 @@ static sc_req sc_request(scripted *sc, const char **path_query)
         return SC_NONE;
     *path_query = sc->cur->query;
     return strstr(sc->cur->query, "watch=true") ? SC_WATCH : SC_LIST;
+}
+
+static int sc_gzip(const scripted *sc)
+{
+    return sc->cur != NULL ? sc->cur->gzip : -1;
 }
 
 static void sc_response(scripted *sc, long code, double retry_after)

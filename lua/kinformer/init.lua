@@ -71,7 +71,8 @@ end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
 --                    field_selector = ..., fifo = fifo, watch_list = false,
---                    strip_managed_fields = true, page_size = 500, ... } -> reflector | nil, err
+--                    strip_managed_fields = true, page_size = 500, gzip = false, ... }
+--   -> reflector | nil, err
 -- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
 -- status(), last_sync_resource_version(). See docs/reflector.md.
 function Client:reflector(opts)
@@ -101,7 +102,8 @@ local informer = require "kinformer.informer"
 
 --- client:informer{ resource = "pods", api_version = ..., namespace = ..., label_selector = ...,
 --                   field_selector = ..., resync = seconds, page_size = 500, watch_list = false,
---                   strip_managed_fields = true, transform = fn } -> informer | nil, err
+--                   strip_managed_fields = true, gzip = false, transform = fn }
+--   -> informer | nil, err
 -- A shared index informer (docs/informer.md). Asking again for the same resource, namespace and
 -- selectors returns the same informer (one watch), as controller-runtime's cache does.
 -- Unknown options and wrong types raise on every call, shared or not; so does a call whose

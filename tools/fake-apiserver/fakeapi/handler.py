@@ -21,7 +21,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import tables
+from . import compression, tables
 from .faults import LINE_FAULTS
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
@@ -666,6 +666,8 @@ class App:
     def send_list(self, x, rt, meta, items):
         head = rt.list_prefix + dumps(meta) + b',"items":['
         total = len(head) + sum(o.size() for o in items) + 2 * len(items) + 2
+        if compression.wanted(x, total):
+            return compression.send_list(x, head, items)
         if total < SMALL_BODY:
             body = head + (b"{" + b",{".join(o.tail for o in items) if items else b"") + b"]}"
             return x.send_bytes(200, body)
