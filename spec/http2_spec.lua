@@ -143,6 +143,30 @@ describe("HTTP/2 through nginx", function()
     assert.are.equal(1, n_rest, "5 REST calls went over " .. n_rest .. " connections")
   end)
 
+  it("asks for gzip on lists only with gzip = true; the cache is the same", function()
+    local from = #proxy:requests() + 1
+    local c = client(DEFAULT)
+    local plain = informers(c, { "pods" })
+    local gz = informers(c, { "pods" }, { gzip = true, label_selector = "!no-such-label" })
+    srv:modify("pods", 3)
+    assert(wait_for(5, all_match({ plain[1], gz[1] }), { plain[1], gz[1] }))
+    local lines = stop_and_collect({ plain[1], gz[1] }, from, DEFAULT)
+    local lists = {}
+    for _, r in ipairs(lines) do
+      if r.watch then
+        assert.is_nil(r.encoding, r.path) -- watches are never compressed
+      elseif r.path:find("/api/v1/pods?", 1, true) == 1 then
+        lists[r.path:find("labelSelector", 1, true) and "gzip" or "plain"] = r
+      end
+    end
+    -- 200 pods of about 9 KB: one page of 1.8 MB, over kube-apiserver's 128 KiB threshold
+    assert.are.equal("gzip", lists.gzip.encoding)
+    assert.is_nil(lists.plain.encoding)
+    assert.is_true(lists.gzip.bytes * 5 < lists.plain.bytes,
+      ("%d bytes compressed, %d not"):format(lists.gzip.bytes, lists.plain.bytes))
+    assert.are.equal(plain[1]:store():len(), gz[1]:store():len())
+  end)
+
   it("keeps more watches than the server's stream limit live", function()
     local from = #proxy:requests() + 1
     local c = client(LIMITED)

@@ -15,7 +15,8 @@
 -- One worker process. Watches stream through (proxy_buffering off, hour-long read timeouts).
 -- The access log has one line per finished request: the worker's pid, nginx's connection
 -- number ($connection: one per TCP connection), the request's number on it, the protocol
--- ("HTTP/2.0"), the status, whether TLS resumed a session, the server port and the request.
+-- ("HTTP/2.0"), the status, whether TLS resumed a session, the server port, the response's
+-- Content-Encoding, the body bytes sent and the request.
 local socket = require "socket"
 local openresty = require "support.openresty"
 
@@ -78,7 +79,8 @@ pid logs/nginx.pid;
 events { worker_connections 4096; }
 http {
     log_format h2 '$pid $connection $connection_requests $server_protocol $status '
-                  '$ssl_session_reused $server_port "$request"';
+                  '$ssl_session_reused $server_port $sent_http_content_encoding '
+                  '$body_bytes_sent "$request"';
     access_log logs/access.log h2;
     client_body_temp_path logs/client_body;
     proxy_temp_path logs/proxy;
@@ -117,21 +119,22 @@ end
 
 local function parse(text, into)
   for line in text:gmatch("[^\n]+") do
-    local pid, conn, n, proto, status, reused, port, req =
-      line:match('^(%d+) (%d+) (%d+) (%S+) (%d+) (%S+) (%d+) "(.*)"$')
+    local pid, conn, n, proto, status, reused, port, encoding, bytes, req =
+      line:match('^(%d+) (%d+) (%d+) (%S+) (%d+) (%S+) (%d+) (%S+) (%d+) "(.*)"$')
     if pid then
       local method, path = req:match("^(%S+) (%S+)")
       into[#into + 1] = { pid = tonumber(pid), conn = tonumber(conn), conn_requests = tonumber(n),
                           proto = proto, status = tonumber(status), reused = reused == "r",
                           port = tonumber(port), method = method, path = path,
+                          encoding = encoding ~= "-" and encoding or nil, bytes = tonumber(bytes),
                           watch = path ~= nil and path:find("watch=true", 1, true) ~= nil }
     end
   end
   return into
 end
 
---- proxy:requests() -> { { pid, conn, conn_requests, proto, status, reused, port, method, path,
--- watch }, ... } in log order, from every run of nginx (restarts included)
+--- proxy:requests() -> { { pid, conn, conn_requests, proto, status, reused, port, encoding,
+-- bytes, method, path, watch }, ... } in log order, from every run of nginx (restarts included)
 function Proxy:requests()
   local out = {}
   for _, t in ipairs(self.old_logs) do parse(t, out) end
