@@ -79,7 +79,8 @@ struct kinf_xfer {
     double retry_after;         /* from a Retry-After header, 0: none */
     int responded;              /* on_response ran */
     double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
-    int local_port, peer_port;  /* of the connection the request went out on (0: none yet) */
+    int local_port, peer_port;  /* the connection the request went out on (0: none yet): */
+    char local_ip[48], peer_ip[48]; /* its addresses, as inet_ntop writes them */
     struct kinf_xfer *prev, *next; /* in c->xfers */
 };
 

@@ -16,8 +16,8 @@
  * Connections: transfers wait for the client's HTTP/2 connection rather than open their own
  * (CURLOPT_PIPEWAIT; client.h). The I/O thread opens and closes its connections' sockets itself
  * (CURLOPT_OPENSOCKETFUNCTION / CLOSESOCKETFUNCTION) and so knows them (c->socks); each
- * transfer learns the ports of the connection it went out on (CURLOPT_PREREQFUNCTION, for new
- * and reused connections alike). A transfer ended by the idle timer shuts its connection's
+ * transfer learns the addresses of the connection it went out on (CURLOPT_PREREQFUNCTION, for
+ * new and reused connections alike), which find its socket among them. A transfer ended by the idle timer shuts its connection's
  * socket down: a silent HTTP/2 connection stays in libcurl's cache while it carries other
  * streams and would take the retries too (libcurl keeps a multiplexed connection when one
  * stream is removed; it checks a connection only for being closed, which a frozen peer's is
@@ -34,6 +34,7 @@
  * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
  * c->xfers is the I/O thread's alone.
  */
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,18 +82,26 @@ static int close_socket(void *ud, curl_socket_t fd)
     return close(fd);
 }
 
-/* The port of an IPv4 or IPv6 socket address, 0 for anything else. */
-static int port_of(const struct sockaddr_storage *ss)
+/* Whether a socket address is ip:port (ip as inet_ntop writes it, as libcurl does). */
+static int addr_is(const struct sockaddr_storage *ss, const char *ip, int port)
 {
-    if (ss->ss_family == AF_INET)
-        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
-    if (ss->ss_family == AF_INET6)
-        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
-    return 0;
+    char buf[INET6_ADDRSTRLEN];
+    const void *a;
+    int p;
+    if (ss->ss_family == AF_INET) {
+        a = &((const struct sockaddr_in *)ss)->sin_addr;
+        p = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        p = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    } else {
+        return 0;
+    }
+    return p == port && inet_ntop(ss->ss_family, a, buf, sizeof(buf)) != NULL &&
+           strcmp(buf, ip) == 0;
 }
 
-/* Shuts down the socket of the connection x went out on (its ports identify it among the
- * client's: they all go to one server or proxy). */
+/* Shuts down the socket of the connection x went out on, found by its two addresses. */
 static void shut_connection(kinf_client *c, const struct kinf_xfer *x)
 {
     if (x->local_port == 0)
@@ -102,7 +111,8 @@ static void shut_connection(kinf_client *c, const struct kinf_xfer *x)
         socklen_t ll = sizeof(local), pl = sizeof(peer);
         if (getsockname(c->socks[i], (struct sockaddr *)&local, &ll) == 0 &&
             getpeername(c->socks[i], (struct sockaddr *)&peer, &pl) == 0 &&
-            port_of(&local) == x->local_port && port_of(&peer) == x->peer_port) {
+            addr_is(&local, x->local_ip, x->local_port) &&
+            addr_is(&peer, x->peer_ip, x->peer_port)) {
             (void)shutdown(c->socks[i], SHUT_RDWR);
             return;
         }
@@ -115,8 +125,8 @@ static void shut_connection(kinf_client *c, const struct kinf_xfer *x)
 static int on_prereq(void *ud, char *peer_ip, char *local_ip, int peer_port, int local_port)
 {
     struct kinf_xfer *x = ud;
-    (void)peer_ip;
-    (void)local_ip;
+    snprintf(x->local_ip, sizeof(x->local_ip), "%s", local_ip ? local_ip : "");
+    snprintf(x->peer_ip, sizeof(x->peer_ip), "%s", peer_ip ? peer_ip : "");
     x->local_port = local_port;
     x->peer_port = peer_port;
     return CURL_PREREQFUNC_OK;
@@ -229,7 +239,8 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
 static int connection_shared(kinf_client *c, const struct kinf_xfer *x)
 {
     for (const struct kinf_xfer *y = c->xfers; y != NULL; y = y->next)
-        if (y != x && y->local_port == x->local_port && y->peer_port == x->peer_port)
+        if (y != x && y->local_port == x->local_port && y->peer_port == x->peer_port &&
+            strcmp(y->local_ip, x->local_ip) == 0 && strcmp(y->peer_ip, x->peer_ip) == 0)
             return 1;
     return 0;
 }
