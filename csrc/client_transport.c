@@ -15,14 +15,15 @@
  *
  * Connections: transfers wait for the client's HTTP/2 connection rather than open their own
  * (CURLOPT_PIPEWAIT; client.h). The I/O thread opens and closes its connections' sockets itself
- * (CURLOPT_OPENSOCKETFUNCTION / CLOSESOCKETFUNCTION) and so knows them (c->socks); each
+ * (CURLOPT_OPENSOCKETFUNCTION / CLOSESOCKETFUNCTION) and so knows them (c->socks, [io]); each
  * transfer learns the addresses of the connection it went out on (CURLOPT_PREREQFUNCTION, for
- * new and reused connections alike), which find its socket among them. A transfer ended by the idle timer shuts its connection's
- * socket down: a silent HTTP/2 connection stays in libcurl's cache while it carries other
- * streams and would take the retries too (libcurl keeps a multiplexed connection when one
- * stream is removed; it checks a connection only for being closed, which a frozen peer's is
- * not). Shut down, it fails every stream on it at once and is never reused. HTTP/1.1 loses
- * nothing: libcurl closes a connection whose response was cut short anyway.
+ * new and reused connections alike), which find its socket among them. A transfer ended by the
+ * idle timer shuts its connection's socket down: a silent HTTP/2 connection stays in libcurl's
+ * cache while it carries other streams and would take the retries too (libcurl keeps a
+ * multiplexed connection when one stream is removed; it checks a connection only for being
+ * closed, which a frozen peer's is not). Shut down, it fails every stream on it at once and is
+ * never reused. HTTP/1.1 loses nothing: libcurl closes a connection whose response was cut
+ * short anyway. The same goes for the last stream of a connection aborted by stop (t_abort).
  *
  * A finished transfer whose status is 401 marks the credential generation it carried as stale
  * before its reflector sees the result; the reflector's normal error path (backoff, then a new
