@@ -160,6 +160,15 @@ bench-reflector: lua54
 BENCH_PODS ?= 100000
 BENCH_EVENTS ?= 200000
 .PHONY: bench-reflector
+# Lists with and without gzip on loopback and shaped links (network namespaces: needs root).
+bench-gzip: lua54
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/gzip_bench.lua $(BENCH_GZIP_PODS)
+BENCH_GZIP_PODS ?= 10000
+.PHONY: bench-gzip
+# Connections a client opens through nginx (TLS HTTP/2 and plain HTTP/1.1).
+bench-connections: lua54
+	LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/connections_bench.lua
+.PHONY: bench-connections
 
 include $(filter-out mk/sources.mk,$(wildcard mk/*.mk))
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "client_impl.h"
 #include "impersonate.h"
@@ -348,15 +349,27 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
         pthread_mutex_destroy(&c->mu);
         goto nomem;
     }
-    c->multi = curl_multi_init();
-    c->pipe = c->multi ? kinf_pipe_new(PIPE_BLOCK, PIPE_BLOCKS, err) : NULL;
-    if (c->pipe == NULL) {
-        curl_multi_cleanup(c->multi);
+    if (pthread_mutex_init(&c->pool_mu, NULL) != 0) {
         pthread_cond_destroy(&c->changed);
         pthread_mutex_destroy(&c->creds_mu);
         pthread_mutex_destroy(&c->mu);
         goto nomem;
     }
+    c->pool_pid = getpid();
+    c->multi = curl_multi_init();
+    c->pipe = c->multi ? kinf_pipe_new(PIPE_BLOCK, PIPE_BLOCKS, err) : NULL;
+    if (c->pipe == NULL) {
+        curl_multi_cleanup(c->multi);
+        pthread_mutex_destroy(&c->pool_mu);
+        pthread_cond_destroy(&c->changed);
+        pthread_mutex_destroy(&c->creds_mu);
+        pthread_mutex_destroy(&c->mu);
+        goto nomem;
+    }
+    /* HTTP/2: every transfer of the I/O thread is a stream of one connection per server (a
+     * second one only past the server's stream limit). This is libcurl's default since 7.62;
+     * set anyway, it is what client_transport.c's CURLOPT_PIPEWAIT relies on. */
+    (void)curl_multi_setopt(c->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     *err = KINF_OK;
     return c;
 nomem:
@@ -392,10 +405,18 @@ void kinf_client_unref(kinf_client *c)
         pthread_join(c->thread, NULL);
     }
     kinf_pipe_free(c->pipe); /* after the I/O thread, its only writer */
-    curl_multi_cleanup(c->multi);
+    curl_multi_cleanup(c->multi); /* closes its connections: close_socket reads c->socks */
+    free(c->socks);
+    if (c->pool_pid == getpid()) { /* else a parent's connections: left alone */
+        for (size_t i = 0; i < c->npool; i++) {
+            curl_easy_cleanup(c->pool[i].easy);
+            free(c->pool[i].x);
+        }
+    }
     client_free_config(c);
     free(c->attached);
     free(c->detaching);
+    pthread_mutex_destroy(&c->pool_mu);
     pthread_cond_destroy(&c->changed);
     pthread_mutex_destroy(&c->creds_mu);
     pthread_mutex_destroy(&c->mu);
@@ -441,26 +462,28 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, siz
     return client_easy(c, path_query, &x, errbuf, errlen);
 }
 
-CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **xp, char *errbuf,
-                  size_t errlen)
+/* Sets every option of a fresh (or reset) easy handle for GET server + path_query; x becomes
+ * its CURLOPT_PRIVATE, zeroed but for c, easy and cred_gen. 0, or -1 with a message. */
+static int easy_setup(kinf_client *c, CURL *easy, struct kinf_xfer *x, const char *path_query,
+                      char *errbuf, size_t errlen)
 {
-    CURL *easy = curl_easy_init();
-    struct kinf_xfer *x = calloc(1, sizeof(*x));
     size_t nb = strlen(c->base), np = strlen(path_query);
     char *url = malloc(nb + np + 1);
     kinf_cred cred;
     int failed = 0;
 
 #define SET(opt, val) set_check(curl_easy_setopt(easy, opt, val), #opt, &failed, errbuf, errlen)
-    if (easy == NULL || x == NULL || url == NULL) {
+    if (url == NULL) {
         kinf_errmsg(errbuf, errlen, "out of memory");
-        goto fail;
+        return -1;
     }
     pthread_mutex_lock(&c->creds_mu); /* cred's strings live until the next get */
     if (kinf_creds_get(c->creds, &cred, errbuf, errlen) != KINF_OK) {
         pthread_mutex_unlock(&c->creds_mu);
-        goto fail;
+        free(url);
+        return -1;
     }
+    memset(x, 0, sizeof(*x));
     x->c = c;
     x->easy = easy;
     x->cred_gen = cred.generation;
@@ -520,15 +543,27 @@ CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **xp,
     if (c->proxy != NULL)
         SET(CURLOPT_PROXY, c->proxy);
 #undef SET
-    if (failed)
-        goto fail;
     free(url);
+    return failed ? -1 : 0;
+}
+
+CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **xp, char *errbuf,
+                  size_t errlen)
+{
+    CURL *easy = curl_easy_init();
+    struct kinf_xfer *x = malloc(sizeof(*x));
+
+    if (easy == NULL || x == NULL) {
+        kinf_errmsg(errbuf, errlen, "out of memory");
+        goto fail;
+    }
+    if (easy_setup(c, easy, x, path_query, errbuf, errlen) != 0)
+        goto fail;
     *xp = x;
     return easy;
 fail:
     curl_easy_cleanup(easy);
     free(x);
-    free(url);
     return NULL;
 }
 
@@ -541,6 +576,54 @@ static int header_named_in(const char *h, const char *const *list)
         if (strncasecmp(list[i], h, len) == 0 && list[i][len] == ':')
             return 1;
     return 0;
+}
+
+CURL *kinf_client_easy_take(kinf_client *c, const char *path_query, char *errbuf, size_t errlen)
+{
+    struct client_pooled p = {NULL, NULL};
+
+    pthread_mutex_lock(&c->pool_mu);
+    if (c->npool > 0 && c->pool_pid == getpid())
+        p = c->pool[--c->npool];
+    pthread_mutex_unlock(&c->pool_mu);
+    if (p.easy == NULL)
+        return kinf_client_easy(c, path_query, errbuf, errlen);
+    /* Reset when it was given back; its connection, DNS and TLS session caches stay. */
+    if (easy_setup(c, p.easy, p.x, path_query, errbuf, errlen) != 0) {
+        curl_easy_cleanup(p.easy);
+        free(p.x);
+        return NULL;
+    }
+    return p.easy;
+}
+
+void kinf_client_easy_give(kinf_client *c, CURL *easy)
+{
+    struct kinf_xfer *x = NULL;
+    pid_t pid = getpid();
+
+    if (easy == NULL)
+        return;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    /* Forget every pointer into the caller's memory (headers, body, callbacks' data) now. */
+    curl_easy_reset(easy);
+    pthread_mutex_lock(&c->pool_mu);
+    if (c->pool_pid != pid) {
+        /* The pooled handles are a parent process's (nginx creates clients before forking):
+         * their connections are its, so they are left alone, neither used nor closed here. */
+        c->npool = 0;
+        c->pool_pid = pid;
+    }
+    if (c->npool < KINF_CLIENT_POOL && x != NULL) {
+        c->pool[c->npool].easy = easy;
+        c->pool[c->npool++].x = x;
+        easy = NULL;
+    }
+    pthread_mutex_unlock(&c->pool_mu);
+    if (easy != NULL) {
+        curl_easy_cleanup(easy);
+        free(x);
+    }
 }
 
 struct curl_slist *kinf_client_headers(const kinf_client *c, const char *const *extra)

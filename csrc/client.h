@@ -30,9 +30,22 @@
  *   client's record (kinf_client_warnings): counted, and each distinct text queued once for the
  *   Lua thread to log.
  *
+ * - Connections are reused. The I/O thread's transfers are HTTP/2 streams of one connection
+ *   where the server negotiates HTTP/2 (TLS with ALPN): a transfer started while that
+ *   connection is being set up waits for it (CURLOPT_PIPEWAIT) instead of opening another; a
+ *   second connection opens only past the server's concurrent-stream limit. Over HTTP/1.1,
+ *   finished transfers leave their connection open for the next one (keep-alive).
+ * - A transfer ended by its idle timer takes its connection down with it (the socket is shut
+ *   down): a connection that went silent without closing (a frozen proxy, a lost peer) would
+ *   otherwise keep carrying the other HTTP/2 streams and the retries, which would hang on it
+ *   in turn. The other transfers on it fail at once and are retried on a new connection.
+ *
  * - Blocking requests (request.h) run on the caller's thread with easy handles from
- *   kinf_client_easy; they share the credentials (under a lock of their own) but not the I/O
- *   thread, so they neither wait for watches nor delay them.
+ *   kinf_client_easy_take; they share the credentials (under a lock of their own) but not the
+ *   I/O thread, so they neither wait for watches nor delay them. kinf_client_easy_give keeps
+ *   a finished handle, and with it its open connection, for the next request (up to
+ *   KINF_CLIENT_POOL idle handles, one per thread that made requests at once); a process
+ *   forked after requests were made does not use its parent's handles.
  *
  * Threads: kinf_client_new/unref from any thread that is not the I/O thread; the transport's
  * functions as transport.h says; the others from any thread.
@@ -97,6 +110,14 @@ kinf_transport kinf_client_transport(kinf_client *c);
  * secrets) on failure, e.g. when the exec plugin fails. May run the exec plugin (blocking up to
  * its timeout). */
 CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, size_t errlen);
+/* kinf_client_easy for a blocking request, reusing an idle handle of the client (and its
+ * open connection) when there is one. Give it back with kinf_client_easy_give (any thread),
+ * never to kinf_client_easy_free. */
+CURL *kinf_client_easy_take(kinf_client *c, const char *path_query, char *errbuf, size_t errlen);
+/* Ends the use of a handle from kinf_client_easy_take (accepts NULL): it is reset (nothing of
+ * the caller's memory is referenced any more) and kept for the next request, or freed when
+ * enough are kept. */
+void kinf_client_easy_give(kinf_client *c, CURL *easy);
 /* A copy of the headers kinf_client_easy sets (Accept, Host with tls_server_name) followed by
  * `extra` (NULL-terminated, may be NULL); for a request that needs more, e.g. Content-Type. An
  * extra header replaces the client's header of the same name (e.g. another Accept).

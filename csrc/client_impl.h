@@ -3,15 +3,21 @@
  * handles) and client_transport.c (the I/O thread and the reflectors' transport). Private.
  *
  * Threads: the configuration fields are immutable after kinf_client_new; `creds` is under
- * creds_mu; the fields tagged [mu] under mu; [io] fields belong to the I/O thread.
+ * creds_mu; the fields tagged [mu] under mu, [pool] under pool_mu; [io] fields belong to the
+ * I/O thread.
  */
 #ifndef KINF_CLIENT_IMPL_H
 #define KINF_CLIENT_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "client.h"
+
+/* Idle easy handles kept for blocking requests: one per thread that made requests at the same
+ * time, up to this many. */
+#define KINF_CLIENT_POOL 4
 
 struct kinf_client {
     atomic_long refs;
@@ -46,6 +52,20 @@ struct kinf_client {
     size_t ndetaching;
     unsigned long detach_done;  /* [mu] generation counter for waiters */
     struct kinf_xfer *xfers;    /* [io] the reflectors' transfers in flight (idle timers) */
+    int *socks;                 /* [io] the sockets of the I/O thread's connections (opened and
+                                   closed through client_transport.c's socket callbacks) */
+    size_t nsocks, socks_cap;
+
+    /* Blocking requests' easy handles between two requests (request.h): each keeps its
+     * connection open for the next request (keep-alive, TLS session). */
+    pthread_mutex_t pool_mu;    /* taken alone, held only to push or pop */
+    struct client_pooled {
+        CURL *easy;
+        struct kinf_xfer *x;    /* its CURLOPT_PRIVATE, kept across curl_easy_reset */
+    } pool[KINF_CLIENT_POOL];   /* [pool] */
+    size_t npool;               /* [pool] */
+    pid_t pool_pid;             /* [pool] the process whose handles these are: a forked child
+                                   must not use nor close its parent's connections */
 };
 
 /* What the client keeps per transfer (CURLOPT_PRIVATE): the credential generation the request
@@ -63,6 +83,8 @@ struct kinf_xfer {
     double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
     struct curl_slist *headers; /* this transfer's own header list (an Accept of its own), or
                                    NULL: the client's; freed with the handle */
+    int local_port, peer_port;  /* the connection the request went out on (0: none yet): */
+    char local_ip[48], peer_ip[48]; /* its addresses, as inet_ntop writes them */
     struct kinf_xfer *prev, *next; /* in c->xfers */
 };
 

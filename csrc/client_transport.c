@@ -17,6 +17,18 @@
  * idle_timeout old as KINF_XFER_TIMEDOUT, and never sleeps past the nearest such deadline.
  * (libcurl's low-speed check averages over its window and fired seconds late.)
  *
+ * Connections: transfers wait for the client's HTTP/2 connection rather than open their own
+ * (CURLOPT_PIPEWAIT; client.h). The I/O thread opens and closes its connections' sockets itself
+ * (CURLOPT_OPENSOCKETFUNCTION / CLOSESOCKETFUNCTION) and so knows them (c->socks, [io]); each
+ * transfer learns the addresses of the connection it went out on (CURLOPT_PREREQFUNCTION, for
+ * new and reused connections alike), which find its socket among them. A transfer ended by the
+ * idle timer shuts its connection's socket down: a silent HTTP/2 connection stays in libcurl's
+ * cache while it carries other streams and would take the retries too (libcurl keeps a
+ * multiplexed connection when one stream is removed; it checks a connection only for being
+ * closed, which a frozen peer's is not). Shut down, it fails every stream on it at once and is
+ * never reused. HTTP/1.1 loses nothing: libcurl closes a connection whose response was cut
+ * short anyway. The same goes for the last stream of a connection aborted by stop (t_abort).
+ *
  * A finished transfer whose status is 401 marks the credential generation it carried as stale
  * before its reflector sees the result; the reflector's normal error path (backoff, then a new
  * request) then picks up a refreshed token. The pipe's scanner thread (pipe.h) consumes what
@@ -28,10 +40,14 @@
  * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
  * c->xfers is the I/O thread's alone.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "client_impl.h"
 
@@ -39,7 +55,89 @@
 #define RECV_BUFFER (128L * 1024)
 #define MAX_ACCEPT 1024 /* bytes of a transfer's own Accept value */
 
+/* ---- the I/O thread's sockets ---- */
+
+static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    kinf_client *c = ud;
+    int fd;
+    (void)purpose;
+    fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    if (c->nsocks == c->socks_cap) {
+        size_t ncap = c->socks_cap ? c->socks_cap * 2 : 8;
+        int *grown = realloc(c->socks, ncap * sizeof(*grown));
+        if (grown == NULL)
+            return fd; /* works, untracked: an idle end cannot shut it down */
+        c->socks = grown;
+        c->socks_cap = ncap;
+    }
+    c->socks[c->nsocks++] = fd;
+    return fd;
+}
+
+static int close_socket(void *ud, curl_socket_t fd)
+{
+    kinf_client *c = ud;
+    for (size_t i = 0; i < c->nsocks; i++) {
+        if (c->socks[i] == fd) {
+            c->socks[i] = c->socks[--c->nsocks];
+            break;
+        }
+    }
+    return close(fd);
+}
+
+/* Whether a socket address is ip:port (ip as inet_ntop writes it, as libcurl does). */
+static int addr_is(const struct sockaddr_storage *ss, const char *ip, int port)
+{
+    char buf[INET6_ADDRSTRLEN];
+    const void *a;
+    int p;
+    if (ss->ss_family == AF_INET) {
+        a = &((const struct sockaddr_in *)ss)->sin_addr;
+        p = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        p = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    } else {
+        return 0;
+    }
+    return p == port && inet_ntop(ss->ss_family, a, buf, sizeof(buf)) != NULL &&
+           strcmp(buf, ip) == 0;
+}
+
+/* Shuts down the socket of the connection x went out on, found by its two addresses. */
+static void shut_connection(kinf_client *c, const struct kinf_xfer *x)
+{
+    if (x->local_port == 0)
+        return; /* never connected: removing it closes its connection */
+    for (size_t i = 0; i < c->nsocks; i++) {
+        struct sockaddr_storage local, peer;
+        socklen_t ll = sizeof(local), pl = sizeof(peer);
+        if (getsockname(c->socks[i], (struct sockaddr *)&local, &ll) == 0 &&
+            getpeername(c->socks[i], (struct sockaddr *)&peer, &pl) == 0 &&
+            addr_is(&local, x->local_ip, x->local_port) &&
+            addr_is(&peer, x->peer_ip, x->peer_port)) {
+            (void)shutdown(c->socks[i], SHUT_RDWR);
+            return;
+        }
+    }
+}
+
 /* ---- transfers ---- */
+
+/* Called once the connection is there (new or reused), before the request goes out. */
+static int on_prereq(void *ud, char *peer_ip, char *local_ip, int peer_port, int local_port)
+{
+    struct kinf_xfer *x = ud;
+    snprintf(x->local_ip, sizeof(x->local_ip), "%s", local_ip ? local_ip : "");
+    snprintf(x->peer_ip, sizeof(x->peer_ip), "%s", peer_ip ? peer_ip : "");
+    x->local_port = local_port;
+    x->peer_port = peer_port;
+    return CURL_PREREQFUNC_OK;
+}
 
 static void link_xfer(kinf_client *c, struct kinf_xfer *x)
 {
@@ -144,6 +242,16 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
     failed |= curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, RECV_BUFFER) != CURLE_OK;
     failed |= curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
     failed |= curl_easy_setopt(easy, CURLOPT_HEADERDATA, x) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, c) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, c) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_prereq) != CURLE_OK;
+    failed |= curl_easy_setopt(easy, CURLOPT_PREREQDATA, x) != CURLE_OK;
+    /* libcurl decodes: on_body gets the JSON. */
+    if (req->gzip)
+        failed |= curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "gzip") != CURLE_OK;
     if (failed || curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
         kinf_client_easy_free(easy);
         kinf_errmsg(errbuf, errlen, "cannot start a transfer");
@@ -153,10 +261,28 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
     return x;
 }
 
+/* Whether another transfer in flight went out on x's connection. */
+static int connection_shared(kinf_client *c, const struct kinf_xfer *x)
+{
+    for (const struct kinf_xfer *y = c->xfers; y != NULL; y = y->next)
+        if (y != x && y->local_port == x->local_port && y->peer_port == x->peer_port &&
+            strcmp(y->local_ip, x->local_ip) == 0 && strcmp(y->peer_ip, x->peer_ip) == 0)
+            return 1;
+    return 0;
+}
+
 static void t_abort(void *impl, kinf_xfer *x)
 {
-    if (x != NULL)
-        drop_xfer(impl, x);
+    kinf_client *c = impl;
+    if (x == NULL)
+        return;
+    /* libcurl (7.88) queues an aborted HTTP/2 stream's RST_STREAM but sends it only with the
+     * connection's next frame: the last stream of a connection would stay open at the server
+     * (a watch there) until the connection is used again. Closed instead, it ends there at
+     * once; a stream that shares its connection is reset with the others' next frame. */
+    if (x->local_port != 0 && !connection_shared(c, x))
+        shut_connection(c, x);
+    drop_xfer(c, x);
 }
 
 /* Ends the transfers idle for their idle_timeout; returns the nearest idle deadline (or
@@ -170,6 +296,7 @@ again:
         if (now - x->last_byte >= x->idle) {
             char msg[64];
             snprintf(msg, sizeof(msg), "no data for %.0f s", x->idle);
+            shut_connection(c, x);
             finish(c, x, KINF_XFER_TIMEDOUT, msg);
             (*ended)++;
             goto again; /* on_done may have started a transfer: the list changed */

@@ -76,6 +76,7 @@ kinf_reflector *kinf_reflector_new(const kinf_transport *transport, kinf_fifo *f
     r->strip = cfg->strip_managed_fields;
     r->reuse_known = cfg->reuse_known;
     r->metadata_only = cfg->metadata_only;
+    r->gzip = cfg->gzip;
     r->page_size = cfg->page_size ? cfg->page_size : 500;
     r->max_object = cfg->max_object_bytes ? cfg->max_object_bytes : KINF_SCAN_DEFAULT_MAX_OBJECT;
     r->idle_timeout = cfg->idle_timeout > 0 ? cfg->idle_timeout : 90;
@@ -418,7 +419,7 @@ static void on_done(void *ud, kinf_xfer_result result, const char *msg)
     transfer_done(r, result);
 }
 
-kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query)
+kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query, int list)
 {
     static const kinf_xfer_callbacks cb_template = {NULL, on_response, on_body, on_done};
     kinf_xfer_callbacks cb = cb_template;
@@ -429,9 +430,9 @@ kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query)
     memset(&req, 0, sizeof(req));
     req.path_query = path_query;
     req.idle_timeout = r->idle_timeout;
-    /* The phase is set before a transfer starts: a list page, or a watch (WatchList too). */
     if (r->metadata_only)
-        req.accept = r->phase == PH_LIST ? KINF_ACCEPT_METADATA_LIST : KINF_ACCEPT_METADATA_WATCH;
+        req.accept = list ? KINF_ACCEPT_METADATA_LIST : KINF_ACCEPT_METADATA_WATCH;
+    req.gzip = list && r->gzip;
     cb.ud = r;
     x = r->tr.ops->get(r->tr.impl, &req, &cb, msg, sizeof(msg));
     if (x == NULL)
@@ -474,7 +475,7 @@ kinf_err begin_query(kinf_reflector *r, kinf_query *q, kinf_scan_mode mode)
     free(take_early_continue(r)); /* published after the last on_done looked */
     atomic_store_explicit(&r->scan_failed, 0, memory_order_relaxed);
     started_transfer(r, NULL);
-    x = new_transfer(r, q->s);
+    x = new_transfer(r, q->s, mode == KINF_SCAN_LIST);
     kinf_query_free(q);
     if (x == NULL)
         return KINF_EIO;

@@ -45,6 +45,8 @@ typedef struct kinf_reflector_config {
     const char *field_selector;    /* NULL or "" for none */
     int watch_list;                /* lists through WatchList streams */
     int strip_managed_fields;      /* drop metadata.managedFields while scanning */
+    int gzip;                      /* lists ask for gzip (the transport decodes); watches never
+                                      do (the API server does not compress them) */
     size_t page_size;              /* list page size; 0: 500 */
     double idle_timeout;           /* a transfer with no byte (headers included) for this long
                                       is ended: a watch reconnects; 0: 90 s */

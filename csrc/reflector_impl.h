@@ -46,7 +46,7 @@ struct kinf_reflector {
     kinf_transport tr;            /* [const] */
     kinf_fifo *fifo;              /* [const] */
     char *path, *label_selector, *field_selector; /* [const] */
-    int watch_list, strip, reuse_known, metadata_only; /* [const] */
+    int watch_list, strip, reuse_known, metadata_only, gzip; /* [const] */
     size_t page_size, max_object;                  /* [const] */
     double idle_timeout, watch_timeout;            /* [const] */
     kinf_scanner *list_scanner, *watch_scanner;    /* [const]; their state is [scan] */
@@ -131,7 +131,8 @@ void query_start(kinf_query *q, const kinf_reflector *r);
 /* Starts the transfer of a built query (freed here); KINF_ENOMEM when building it failed. */
 kinf_err begin_query(kinf_reflector *r, kinf_query *q, kinf_scan_mode mode);
 /* A new transfer for path_query with r's callbacks, or NULL (error recorded). */
-kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query);
+/* list: a list page (gzip as configured), else a watch or WatchList stream. */
+kinf_xfer *new_transfer(kinf_reflector *r, const char *path_query, int list);
 /* Resets the I/O fields of a transfer that starts (a pipelined page's [scan] are not touched). */
 void started_transfer(kinf_reflector *r, kinf_xfer *x);
 char *dup_span(const char *p, size_t n);

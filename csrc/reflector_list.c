@@ -294,7 +294,7 @@ int pipelined_next_page(kinf_reflector *r, kinf_xfer_result result)
     r->paginated = 1;
     r->io_page++; /* page_end moves scan_page on likewise */
     started_transfer(r, NULL);
-    x = new_transfer(r, q.s);
+    x = new_transfer(r, q.s, 1);
     kinf_query_free(&q);
     if (x == NULL) {
         r->tr.ops->flush(r->tr.impl, r); /* page_end has run: the [scan] fields are ours */

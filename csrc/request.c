@@ -1,10 +1,12 @@
 /*
  * request.c - one blocking request to the API server (contract in request.h).
  *
- * An easy handle from kinf_client_easy (auth, TLS, timeouts as for watches), plus the method,
- * the body and a Content-Type; curl_easy_perform on the caller's thread. The response body is
- * collected into a growing buffer that refuses to pass max_response_bytes. Warning headers go
- * to the client's record (warning.h), which counts them and queues new texts for the log.
+ * An easy handle from kinf_client_easy_take (auth, TLS, timeouts as for watches; an idle handle
+ * of an earlier request, with its open connection, when there is one), plus the method, the
+ * body and a Content-Type; curl_easy_perform on the caller's thread; the handle is given back
+ * for the next request. The response body is collected into a growing buffer that refuses to
+ * pass max_response_bytes. Warning headers go to the client's record (warning.h), which counts
+ * them and queues new texts for the log.
  */
 #include "request.h"
 
@@ -98,12 +100,12 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
 
     *got_401 = 0;
     b.max = req->max_response_bytes ? req->max_response_bytes : KINF_REQUEST_DEFAULT_MAX_RESPONSE;
-    if ((easy = kinf_client_easy(c, req->path_query, errbuf, errlen)) == NULL)
+    if ((easy = kinf_client_easy_take(c, req->path_query, errbuf, errlen)) == NULL)
         return KINF_EIO; /* a credentials failure, or out of memory; errbuf says which */
     if (req->body != NULL) {
         if (snprintf(ctype, sizeof(ctype), "Content-Type: %s", req->content_type) >=
             (int)sizeof(ctype)) {
-            kinf_client_easy_free(easy);
+            kinf_client_easy_give(c, easy);
             kinf_errmsg(errbuf, errlen, "content type too long");
             return KINF_EINVAL;
         }
@@ -118,7 +120,7 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
         extra[n++] = accept; /* replaces the client's default Accept (client.h) */
     }
     if ((headers = kinf_client_headers(c, extra)) == NULL) {
-        kinf_client_easy_free(easy);
+        kinf_client_easy_give(c, easy);
         kinf_errmsg(errbuf, errlen, "out of memory");
         return KINF_ENOMEM;
     }
@@ -176,7 +178,7 @@ static kinf_err attempt(kinf_client *c, const kinf_request *req, kinf_response *
     out->len = b.len;
     b.p = NULL;
 done:
-    kinf_client_easy_free(easy);
+    kinf_client_easy_give(c, easy);
     curl_slist_free_all(headers);
     free(b.p);
     return err;

@@ -17,6 +17,8 @@
  * - accept, when set, replaces the client's "Accept: application/json" (discovery asks for
  *   aggregated discovery this way); out->content_type is the response's Content-Type
  *   (truncated to fit, "" when absent).
+ * - The connection stays open for the next request of the client (kinf_client_easy_take /
+ *   give, client.h): consecutive requests share one connection and its TLS session.
  *
  * Threads: any thread; several threads may run requests on one client at once.
  * Ownership: out->body is malloc'd (NUL-terminated) and belongs to the caller: free it with

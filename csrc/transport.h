@@ -56,6 +56,9 @@ typedef struct kinf_xfer_request {
     double idle_timeout;     /* seconds without a byte (headers included): KINF_XFER_TIMEDOUT */
     const char *accept;      /* the Accept header's value; NULL: the transport's default
                                 ("application/json"). No CR or LF (get() refuses them) */
+    int gzip;                /* 1: ask for a gzip-encoded body (Accept-Encoding: gzip), which
+                                the transport decodes: on_body gets the decoded bytes either
+                                way; 0: no encoding asked for */
 } kinf_xfer_request;
 
 typedef struct kinf_xfer_callbacks {

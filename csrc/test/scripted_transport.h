@@ -9,6 +9,7 @@
  *                             the clock moves to the time it waits for first. SC_NONE (q NULL)
  *                             when it asks for nothing.
  *   sc_accept(sc)             that request's Accept (NULL: the transport's default).
+ *   sc_gzip(sc)               whether that request asked for gzip (-1: no request)
  *   sc_response(sc, code, ra) the response's status and Retry-After (code 0: no response came;
  *                             nothing is called).
  *   sc_body(sc, buf, len)     the next body bytes; returns what the reflector's on_body does
@@ -35,6 +36,7 @@ struct kinf_xfer {
     kinf_xfer_callbacks cb;
     char *query;
     char *accept; /* the request's own Accept, NULL: the default */
+    int gzip;
 };
 
 typedef struct scripted {
@@ -80,6 +82,7 @@ static kinf_xfer *sc_get(void *impl, const kinf_xfer_request *req, const kinf_xf
         return NULL;
     }
     x->cb = *cb;
+    x->gzip = req->gzip;
     sc->cur = x;
     return x;
 }
@@ -155,6 +158,11 @@ static sc_req sc_request(scripted *sc, const char **path_query)
 static inline const char *sc_accept(const scripted *sc) /* inline: not every user calls it */
 {
     return sc->cur != NULL ? sc->cur->accept : NULL;
+}
+
+static inline int sc_gzip(const scripted *sc) /* inline: not every user calls it */
+{
+    return sc->cur != NULL ? sc->cur->gzip : -1;
 }
 
 static void sc_response(scripted *sc, long code, double retry_after)

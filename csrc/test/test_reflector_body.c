@@ -677,10 +677,41 @@ static void metadata_only_forms(void)
     }
 }
 
+/* gzip is asked for on every list page (pipelined ones too), never on a watch or a WatchList
+ * stream, and only when configured. */
+static void gzip_for_lists_only(void)
+{
+    for (int on = 0; on < 2; on++) {
+        kinf_reflector_config rc = {0};
+        fx f;
+        rc.path = PATH;
+        rc.page_size = 2;
+        rc.gzip = on;
+        f = fx_new_cfg(&rc);
+        expect_request(&f, SC_LIST);
+        CHECK(sc_gzip(f.sc) == on);
+        respond_str(&f, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{"
+                        "\"resourceVersion\":\"10\",\"continue\":\"next\"},\"items\":["
+                        POD("a", "5") "," POD("b", "6") "]}", 0);
+        CHECK(strstr(expect_request(&f, SC_LIST), "continue=next") != NULL);
+        CHECK(sc_gzip(f.sc) == on);
+        respond_str(&f, LIST("10", POD("c", "7")), 0);
+        expect_request(&f, SC_WATCH);
+        CHECK(sc_gzip(f.sc) == 0);
+        fx_free(&f);
+
+        rc.watch_list = 1;
+        f = fx_new_cfg(&rc);
+        CHECK(strstr(expect_request(&f, SC_WATCH), "sendInitialEvents=true") != NULL);
+        CHECK(sc_gzip(f.sc) == 0);
+        fx_free(&f);
+    }
+}
+
 TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
           TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
           TEST(nul_in_uid_or_rv_is_refused), TEST(reflectors_made_together_draw_apart),
           TEST(watch_cut_at_a_clean_end_is_reported), TEST(failures_queue_log_lines),
-          TEST(metadata_only_forms))
+          TEST(metadata_only_forms), TEST(gzip_for_lists_only))

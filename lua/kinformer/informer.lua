@@ -44,7 +44,7 @@ Registration.__index = Registration
 local REFLECTOR_OPTS = {
   label_selector = true, field_selector = true, watch_list = true, strip_managed_fields = true,
   page_size = true, idle_timeout = true, watch_timeout = true, backoff_initial = true,
-  backoff_max = true, max_object_bytes = true, metadata_only = true,
+  backoff_max = true, max_object_bytes = true, metadata_only = true, gzip = true,
 }
 local OWN_OPTS = { resource = true, api_version = true, namespace = true, resync = true,
   transform = true }

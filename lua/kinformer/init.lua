@@ -99,8 +99,8 @@ end
 
 --- client:reflector{ resource = "pods", namespace = "default", label_selector = ...,
 --                    field_selector = ..., fifo = fifo, watch_list = false,
---                    strip_managed_fields = true, metadata_only = false, page_size = 500, ... }
---   -> reflector | nil, err
+--                    strip_managed_fields = true, metadata_only = false, page_size = 500,
+--                    gzip = false, ... } -> reflector | nil, err
 -- The resource is named as for client:resolve (an unknown name: nil, err, "ENOTFOUND").
 -- Lists and watches the resource into fifo (a kinformer.delta_fifo). Methods: start(), stop(),
 -- status(), last_sync_resource_version(). See docs/reflector.md.
@@ -134,7 +134,8 @@ local informer = require "kinformer.informer"
 
 --- client:informer{ resource = "pods", api_version = ..., namespace = ..., label_selector = ...,
 --                   field_selector = ..., resync = seconds, page_size = 500, watch_list = false,
---                   strip_managed_fields = true, metadata_only = false, transform = fn }
+--                   strip_managed_fields = true, metadata_only = false, gzip = false,
+--                   transform = fn }
 --   -> informer | nil, err
 -- A shared index informer (docs/informer.md). Asking again for the same resource, namespace,
 -- selectors and metadata_only returns the same informer (one watch), as controller-runtime's

@@ -21,7 +21,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import aggregated, crds, partial, tables
+from . import aggregated, compression, crds, partial, tables
 from .faults import LINE_FAULTS
 from .impersonation import Authz
 from .warning_headers import Warnings
@@ -691,6 +691,8 @@ class App:
     def send_list(self, x, rt, meta, items, prefix=None, ctype=JSON):
         head = (prefix or rt.list_prefix) + dumps(meta) + b',"items":['
         total = len(head) + sum(o.size() for o in items) + 2 * len(items) + 2
+        if compression.wanted(x, total):
+            return compression.send_list(x, head, items)
         if total < SMALL_BODY:
             body = head + (b"{" + b",{".join(o.tail for o in items) if items else b"") + b"]}"
             return x.send_bytes(200, body, ctype)
