@@ -89,43 +89,20 @@ static int j_string(jcur *j, char **out)
     if (out != NULL && (buf = malloc((size_t)(q - j->p) + 1)) == NULL)
         return J_NOMEM;
     while (j->p < q) {
-        char c = *j->p++;
-        unsigned cp, lo;
-        if (c != '\\') {
+        unsigned cp;
+        size_t used;
+        if (*j->p != '\\') {
+            char c = *j->p++;
             if (buf)
                 buf[n++] = c;
             continue;
         }
-        c = *j->p++;
-        switch (c) {
-        case '"': case '\\': case '/':
-            break;
-        case 'b': c = '\b'; break;
-        case 'f': c = '\f'; break;
-        case 'n': c = '\n'; break;
-        case 'r': c = '\r'; break;
-        case 't': c = '\t'; break;
-        case 'u':
-            if (kinf_hex4((const unsigned char *)j->p, (const unsigned char *)q, &cp) != 1)
-                goto bad;
-            j->p += 4;
-            if (cp >= 0xd800 && cp < 0xdc00) {
-                if (q - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || kinf_hex4((const unsigned char *)j->p + 2, (const unsigned char *)q, &lo) != 1 ||
-                    lo < 0xdc00 || lo > 0xdfff)
-                    goto bad;
-                j->p += 6;
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            } else if (cp >= 0xdc00 && cp < 0xe000) {
-                goto bad;
-            }
-            if (buf)
-                n += (size_t)kinf_utf8_put((unsigned char *)buf + n, cp);
-            continue;
-        default:
+        if ((used = kinf_json_escape((const unsigned char *)j->p, (const unsigned char *)q,
+                                     &cp)) == 0)
             goto bad;
-        }
+        j->p += used;
         if (buf)
-            buf[n++] = c;
+            n += (size_t)kinf_utf8_put((unsigned char *)buf + n, cp);
     }
     j->p = q + 1;
     if (buf) {

@@ -153,3 +153,33 @@ int kinf_utf8_put(unsigned char *o, unsigned cp)
     o[3] = (unsigned char)(0x80 | (cp & 0x3F));
     return 4;
 }
+
+size_t kinf_json_escape(const unsigned char *s, const unsigned char *end, unsigned *cp)
+{
+    unsigned lo;
+    if (end - s < 2)
+        return 0;
+    switch (s[1]) {
+    case '"': case '\\': case '/': *cp = s[1]; return 2;
+    case 'b': *cp = '\b'; return 2;
+    case 'f': *cp = '\f'; return 2;
+    case 'n': *cp = '\n'; return 2;
+    case 'r': *cp = '\r'; return 2;
+    case 't': *cp = '\t'; return 2;
+    case 'u':
+        break;
+    default:
+        return 0;
+    }
+    if (kinf_hex4(s + 2, end, cp) != 1)
+        return 0;
+    if (*cp >= 0xDC00 && *cp < 0xE000)
+        return 0; /* a low surrogate alone */
+    if (*cp < 0xD800 || *cp >= 0xDC00)
+        return 6;
+    if (end - s < 12 || s[6] != '\\' || s[7] != 'u' || kinf_hex4(s + 8, end, &lo) != 1 ||
+        lo < 0xDC00 || lo >= 0xE000)
+        return 0;
+    *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+    return 12;
+}

@@ -60,5 +60,9 @@ void kinf_wipe_free(char *s);
 int kinf_hex4(const unsigned char *p, const unsigned char *end, unsigned *v);
 /* Writes code point cp (at most 0x10FFFF) as UTF-8 at o (room for 4 bytes); returns the length. */
 int kinf_utf8_put(unsigned char *o, unsigned cp);
+/* The JSON escape at s (s[0] is the backslash; nothing read at or past end): the code point it
+ * stands for in *cp, a \u surrogate pair joined into one. Returns the bytes it takes (2, 6 or
+ * 12), or 0 when it is malformed, cut by end, or a lone surrogate. */
+size_t kinf_json_escape(const unsigned char *s, const unsigned char *end, unsigned *cp);
 
 #endif

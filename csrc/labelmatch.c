@@ -28,47 +28,17 @@ static size_t json_unescape(const char *raw, size_t len, char *out, size_t cap)
     size_t o = 0;
     while (s < end) {
         unsigned cp;
-        char c = (char)*s;
-        if (c == '\\') {
-            if (s + 1 >= end)
+        size_t used;
+        if (*s != '\\') {
+            if (o == cap)
                 return (size_t)-1;
-            switch (s[1]) {
-            case '"': c = '"'; break;
-            case '\\': c = '\\'; break;
-            case '/': c = '/'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
-            case 'u':
-                if (kinf_hex4(s + 2, end, &cp) != 1)
-                    return (size_t)-1;
-                s += 6;
-                if (cp >= 0xD800 && cp < 0xDC00) {
-                    unsigned lo;
-                    if (end - s < 6 || s[0] != '\\' || s[1] != 'u' ||
-                        kinf_hex4(s + 2, end, &lo) != 1 || lo < 0xDC00 || lo >= 0xE000)
-                        return (size_t)-1;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    s += 6;
-                } else if (cp >= 0xDC00 && cp < 0xE000) {
-                    return (size_t)-1;
-                }
-                if (cap - o < 4)
-                    return (size_t)-1;
-                o += (size_t)kinf_utf8_put((unsigned char *)out + o, cp);
-                continue;
-            default:
-                return (size_t)-1;
-            }
-            s += 2;
-        } else {
-            s++;
+            out[o++] = (char)*s++;
+            continue;
         }
-        if (o == cap)
+        if ((used = kinf_json_escape(s, end, &cp)) == 0 || cap - o < 4)
             return (size_t)-1;
-        out[o++] = c;
+        s += used;
+        o += (size_t)kinf_utf8_put((unsigned char *)out + o, cp);
     }
     return o;
 }

@@ -41,32 +41,11 @@ static void skip_ws(dec *d)
         d->p++;
 }
 
-
 /* Appends code point cp as UTF-8. */
 static void add_utf8(luaL_Buffer *b, unsigned cp)
 {
-    char u[4];
-    size_t n;
-    if (cp < 0x80) {
-        u[0] = (char)cp;
-        n = 1;
-    } else if (cp < 0x800) {
-        u[0] = (char)(0xC0 | (cp >> 6));
-        u[1] = (char)(0x80 | (cp & 0x3F));
-        n = 2;
-    } else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | (cp >> 12));
-        u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        u[2] = (char)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        u[0] = (char)(0xF0 | (cp >> 18));
-        u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        u[3] = (char)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
-    luaL_addlstring(b, u, n);
+    unsigned char u[4];
+    luaL_addlstring(b, (const char *)u, (size_t)kinf_utf8_put(u, cp));
 }
 
 /* d->p is just past an opening quote: pushes the string. */
@@ -92,35 +71,13 @@ static int string(dec *d)
         if (*q == '"')
             break;
         /* a backslash */
-        if (d->end - q < 2)
-            return 0;
-        switch (q[1]) {
-        case '"': luaL_addchar(&b, '"'); q += 2; break;
-        case '\\': luaL_addchar(&b, '\\'); q += 2; break;
-        case '/': luaL_addchar(&b, '/'); q += 2; break;
-        case 'b': luaL_addchar(&b, '\b'); q += 2; break;
-        case 'f': luaL_addchar(&b, '\f'); q += 2; break;
-        case 'n': luaL_addchar(&b, '\n'); q += 2; break;
-        case 'r': luaL_addchar(&b, '\r'); q += 2; break;
-        case 't': luaL_addchar(&b, '\t'); q += 2; break;
-        case 'u': {
-            unsigned cp, lo;
-            if (d->end - q < 6 || kinf_hex4(q + 2, q + 6, &cp) != 1)
-                return 0;
-            q += 6;
-            if (cp >= 0xDC00 && cp <= 0xDFFF)
-                return 0; /* a lone low surrogate */
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (d->end - q < 6 || q[0] != '\\' || q[1] != 'u' || kinf_hex4(q + 2, q + 6, &lo) != 1 ||
-                    lo < 0xDC00 || lo > 0xDFFF)
-                    return 0; /* a high surrogate without its low half */
-                q += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
+        {
+            unsigned cp;
+            size_t used = kinf_json_escape(q, d->end, &cp);
+            if (used == 0)
+                return 0; /* malformed, or a surrogate without its other half */
             add_utf8(&b, cp);
-            break;
-        }
-        default: return 0;
+            q += used;
         }
         s = q;
         while (q < d->end && *q != '"' && *q != '\\' && *q != '\0')
