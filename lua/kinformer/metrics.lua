@@ -30,6 +30,7 @@ local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable, next =
 local string_format, string_gsub, string_find, table_concat, table_sort, math_huge, math_floor =
   string.format, string.gsub, string.find, table.concat, table.sort, math.huge, math.floor
 
+local math_type = math.type -- nil on LuaJIT
 local argcheck = require "kinformer.argcheck"
 local raise = argcheck.raise
 
@@ -57,6 +58,7 @@ function _M.format_value(v)
   if v ~= v then return "NaN" end
   if v == math_huge then return "+Inf" end
   if v == -math_huge then return "-Inf" end
+  if math_type and math_type(v) == "integer" then return string_format("%d", v) end
   if v == math_floor(v) and v < 2^53 and v > -2^53 then return string_format("%d", v) end
   local s = string_format("%.15g", v)
   if tonumber(s) ~= v then s = string_format("%.17g", v) end

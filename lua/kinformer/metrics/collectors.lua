@@ -110,10 +110,10 @@ function _M.collect_workqueue(reg, name, queue)
   local labels = { name = name, controller = name }
   local queue_h = reg:histogram("workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested",
-    { "name", "controller" }, QUEUE_BUCKETS)
+    { "controller", "name" }, QUEUE_BUCKETS)
   local work_h = reg:histogram("workqueue_work_duration_seconds",
     "How long in seconds processing an item from workqueue takes.",
-    { "name", "controller" }, QUEUE_BUCKETS)
+    { "controller", "name" }, QUEUE_BUCKETS)
   queue_h:init(labels) -- shows (with zeros) from the start
   work_h:init(labels)
   queue:set_metrics{
