@@ -69,7 +69,7 @@ $(BUILD)/luajit/kinformer/core.so: $(call objects,so,$(CORE_SRC)) $(call objects
 DEB_PKGS = build-essential pkg-config lua5.4 liblua5.4-dev libcurl4-openssl-dev lua-cjson \
            lua-busted luarocks lua-yaml lua-socket luajit2 libluajit2-5.1-dev nginx \
            libnginx-mod-http-lua lua-resty-core python3 valgrind clang libclang-rt-14-dev \
-           openssl curl wrk
+           openssl curl wrk prometheus
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
 	    grep -q 'install ok installed' || echo $$p; done); \

@@ -23,6 +23,7 @@ dependencies = {
   "lua >= 5.1",
   "lua-cjson",
   "lyaml",
+  "luasocket", -- kinformer.metrics's server only (Debian: lua-socket)
 }
 -- Only the library is checked: Debian and Ubuntu install curl/curl.h under
 -- /usr/include/<multiarch>/, where LuaRocks looks for libraries but not for headers, and the
@@ -59,6 +60,9 @@ build = {
     ["kinformer.ngx.view"] = "lua/kinformer/ngx/view.lua",
     ["kinformer.ngx.status"] = "lua/kinformer/ngx/status.lua",
     ["kinformer.ngx.metrics"] = "lua/kinformer/ngx/metrics.lua",
+    ["kinformer.metrics"] = "lua/kinformer/metrics.lua",
+    ["kinformer.metrics.collectors"] = "lua/kinformer/metrics/collectors.lua",
+    ["kinformer.httpserver"] = "lua/kinformer/httpserver.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/store_select.c",

@@ -185,8 +185,11 @@ local function call(self, method, path, body, ctype, opts)
   local retries, timeout = 0, budget
   while true do
     flow:throttle(method, path)
+    local t1 = clock.now()
     local status, resp, retry_after = core_client:request(method, path, body, ctype, timeout,
                                                           opts.max_response_bytes)
+    local obs = self._observer -- _M.observe: kinformer.metrics's request counts and latency
+    if obs then obs(method, status or 0, clock.now() - t1) end
     if status == nil then
       local code = retry_after
       return nil, new_error{ code = 0, method = method, path = path, retries = retries,
@@ -205,6 +208,12 @@ local function call(self, method, path, body, ctype, opts)
     flow:before_retry(wait, status, method, path, retries)
     timeout = left - wait -- the retry gets what is left of the call's timeout
   end
+end
+
+--- kinformer.rest.observe(client, fn | nil): fn(method, code, seconds) after every HTTP request
+-- of client's REST calls, retries included (code 0: no response). One observer per client.
+function _M.observe(client, fn)
+  client._observer = fn
 end
 
 local function write_params(opts, params)

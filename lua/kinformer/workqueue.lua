@@ -323,6 +323,8 @@ function Queue:get(timeout)
       if added then
         self._queue_seconds = self._queue_seconds + (t - added)
         map_del(self._added_at, item)
+        local m = self._metrics
+        if m then m.queue_latency(t - added) end
       end
       return item
     end
@@ -350,6 +352,8 @@ function Queue:done(item)
   map_del(self._processing, item)
   self._dones = self._dones + 1
   self._work_seconds = self._work_seconds + (t - started)
+  local m = self._metrics
+  if m then m.work_duration(t - started) end
   if self._dirty.t[item] then push(self, item) end
 end
 
@@ -396,6 +400,18 @@ end
 --- queue:shutting_down() -> true once shut_down or shut_down_with_drain was called.
 function Queue:shutting_down()
   return self._shutting_down
+end
+
+--- queue:set_metrics(hooks | nil): hooks.queue_latency(seconds) runs as get() hands out an
+-- item (seconds it waited since it became dirty), hooks.work_duration(seconds) as done() ends
+-- one (seconds since get). For histograms (kinformer.metrics.collect_workqueue); the hooks
+-- must not raise. nil removes them.
+function Queue:set_metrics(hooks)
+  if hooks ~= nil and (type(hooks) ~= "table" or type(hooks.queue_latency) ~= "function"
+      or type(hooks.work_duration) ~= "function") then
+    raise(1, "set_metrics", "table with functions queue_latency and work_duration expected")
+  end
+  self._metrics = hooks
 end
 
 --- queue:status() -> table: client-go's workqueue metrics, right now (see docs/workqueue.md).

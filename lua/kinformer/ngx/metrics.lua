@@ -4,53 +4,28 @@
 -- Contract: text(status) is a pure function of its argument: one HELP/TYPE header per metric
 -- that has a sample, label values escaped, numbers as integers when whole. Metric names and
 -- labels are part of the documented interface (docs/openresty.md): change them only on purpose.
-local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
-local string_format, string_gsub, table_concat, table_sort, math_floor =
-  string.format, string.gsub, table.concat, table.sort, math.floor
+local type, pairs, ipairs, tonumber = type, pairs, ipairs, tonumber
+local string_format, table_concat, table_sort = string.format, table.concat, table.sort
+
+-- The text format and the informer metric names are kinformer.metrics's (shared with the
+-- metrics of scripts outside nginx).
+local metrics = require "kinformer.metrics"
+local collectors = require "kinformer.metrics.collectors"
+local label_value, format_value = metrics.escape_label_value, metrics.format_value
 
 local _M = {}
 
-local function label_value(v)
-  return (string_gsub(tostring(v), '[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
-end
-
+-- Status samples are rounded to 6 significant digits (ages and durations of a status sample
+-- that is itself some milliseconds old).
 local function num(v)
-  if v == true then return "1" end
-  if v == false or v == nil then return "0" end
-  if v == math_floor(v) and v < 1e15 and v > -1e15 then return string_format("%d", v) end
-  return string_format("%.6g", v)
+  if type(v) == "number" and v == v and v ~= math.floor(v) then
+    v = tonumber(string_format("%.6g", v))
+  end
+  return format_value(v)
 end
 
 -- name, type, help, field (of an informer's status) or function(st, age) -> value | nil
-local INFORMER_METRICS = {
-  { "kinformer_informer_synced", "gauge", "1 once the informer's initial list is in its cache",
-    "synced" },
-  { "kinformer_informer_resource_version_age_seconds", "gauge",
-    "Seconds since the informer's resourceVersion last advanced",
-    function(st, age) return st.resource_version_age and st.resource_version_age + age end },
-  { "kinformer_informer_last_event_age_seconds", "gauge", "Seconds since the last watch event",
-    function(st, age) return st.last_event_age and st.last_event_age + age end },
-  { "kinformer_informer_objects", "gauge", "Objects in the informer's cache", "objects" },
-  { "kinformer_informer_queue_length", "gauge", "Keys waiting in the informer's DeltaFIFO",
-    "queue_length" },
-  { "kinformer_informer_queued_bytes", "gauge",
-    "Bytes of the records waiting in the informer's DeltaFIFO", "queued_bytes" },
-  { "kinformer_informer_lists_total", "counter", "Lists (initial and relists)", "lists" },
-  { "kinformer_informer_relists_total", "counter", "Relists after a failure", "relists" },
-  { "kinformer_informer_watches_total", "counter", "Watch requests", "watches" },
-  { "kinformer_informer_watch_restarts_total", "counter", "Watches resumed from the last rv",
-    "watch_restarts" },
-  { "kinformer_informer_watch_events_total", "counter", "Watch events received",
-    "watch_events" },
-  { "kinformer_informer_errors_total", "counter", "List and watch failures", "errors" },
-  { "kinformer_informer_notifications_total", "counter",
-    "Notifications produced (adds + updates + deletes)",
-    function(st) return (st.adds or 0) + (st.updates or 0) + (st.deletes or 0) end },
-  { "kinformer_informer_handler_errors_total", "counter", "Handler functions that raised",
-    "handler_errors" },
-  { "kinformer_informer_received_bytes_total", "counter", "Bytes received from the API server",
-    "bytes" },
-}
+local INFORMER_METRICS = collectors.INFORMER_METRICS
 
 local PROCESS_METRICS = {
   { "kinformer_process_status_age_seconds", "gauge", "Age of the process's status sample", "age" },
@@ -70,8 +45,7 @@ local VIEW_METRICS = {
 }
 
 local function header(out, m)
-  out[#out + 1] = "# HELP " .. m[1] .. " " .. m[3]
-  out[#out + 1] = "# TYPE " .. m[1] .. " " .. m[2]
+  metrics.header(out, m[1], m[2], m[3])
 end
 
 -- One metric family over every process's named members (views or informers), in name order:
@@ -116,12 +90,8 @@ function _M.text(status)
       end)
   end
   for _, m in ipairs(INFORMER_METRICS) do
-    local f = m[4]
     per_member(out, m, procs, "informers",
-      function(st, p)
-        if type(f) == "function" then return f(st, p.age or 0) end
-        return st[f]
-      end,
+      function(st, p) return collectors.informer_value(m, st, p.age) end,
       function(name, st, p)
         return string_format('informer="%s",resource="%s",namespace="%s",process="%s"',
           label_value(name), label_value(st.resource or ""),
