@@ -84,6 +84,16 @@ def _add(doc, path, value):
     return doc
 
 
+def test_failed(path):
+    """A failed `test` op, as kube-apiserver answers it (handlers/patch.go: the json-patch
+    library's error in errors.NewGenericServerResponse(422, ...)): 422 Invalid with a generic
+    message and the library's message as the cause."""
+    return ApiError(422, "Invalid", "the server rejected our request due to an error in our "
+                    "request", {"causes": [{"reason": "UnexpectedServerResponse",
+                                            "message": "testing value %s failed: test failed"
+                                            % path}]})
+
+
 def json_patch(doc, ops):
     if not isinstance(ops, list):
         raise bad_request("json patch must be a list of operations")
@@ -109,8 +119,7 @@ def json_patch(doc, ops):
                 doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])))
             elif kind == "test":
                 if _get(doc, path) != op["value"]:
-                    raise ApiError(422, "Invalid", "the server rejected our request due to an "
-                                   "error in our request: testing value %s failed" % path)
+                    raise test_failed(path)
             else:
                 raise bad_request("unknown json patch operation %r" % kind)
         except (KeyError, IndexError, ValueError, TypeError) as e:
