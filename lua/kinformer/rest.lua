@@ -407,27 +407,38 @@ end
 
 local null = cjson.null
 
--- deep equality of decoded JSON values; JSON null and absent are the same
+-- nil for what compares as absent: JSON null, a table with nothing present in it
+local function present(v)
+  if v == null then return nil end
+  if type(v) == "table" then
+    for _, x in pairs(v) do
+      if present(x) ~= nil then return v end
+    end
+    return nil
+  end
+  return v
+end
+
+-- deep equality of decoded JSON values; JSON null, an empty table and absent are the same
 local function same(a, b)
-  if a == null then a = nil end
-  if b == null then b = nil end
+  a, b = present(a), present(b)
   if a == b then return true end
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   local n = 0
   for k, v in pairs(a) do
-    if v ~= null then
+    if present(v) ~= nil then
       if not same(v, b[k]) then return false end
       n = n + 1
     end
   end
   for _, v in pairs(b) do
-    if v ~= null then n = n - 1 end
+    if present(v) ~= nil then n = n - 1 end
   end
   return n == 0
 end
 
 --- kinformer.rest.status_changed(old, new) -> true when two status values differ (deep
--- compare of decoded JSON: tables by content, JSON null the same as absent).
+-- compare of decoded JSON: tables by content; JSON null, an empty table and absent are alike).
 function _M.status_changed(old, new) return not same(old, new) end
 
 --- client:update_status_if_changed(resource, obj, new_status [, opts]) -> object, written |
