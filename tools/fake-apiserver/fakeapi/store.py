@@ -285,7 +285,7 @@ class Store:
                 raise already_exists(rt, md["name"])
             md["uid"] = str(uuid.uuid4())
             md["creationTimestamp"] = now_rfc3339()
-            if "spec" in d:  # only objects with a spec have a generation (not ConfigMaps)
+            if "spec" in d or rt.custom:  # not ConfigMaps; every custom resource
                 md["generation"] = 1
             else:
                 md.pop("generation", None)
