@@ -125,6 +125,32 @@ describe("fake API server for controllers", function()
       assert.same({ "MODIFIED fin", "MODIFIED fin", "DELETED fin" }, events_after(srv, WIDGETS, rv0))
     end)
 
+    it("adds a finalizer with a JSON patch guarded by the resourceVersion", function()
+      local w = assert(client:create("widgets.example.com", widget("addfin")))
+      local function add(obj, f)
+        local ops = { { op = "test", path = "/metadata/resourceVersion", value = obj.metadata.resourceVersion } }
+        if obj.metadata.finalizers then
+          ops[2] = { op = "add", path = "/metadata/finalizers/-", value = f }
+        else
+          ops[2] = { op = "add", path = "/metadata/finalizers", value = { f } }
+        end
+        return client:patch("widgets.example.com", "default/" .. obj.metadata.name, ops, { type = "json" })
+      end
+      local w2 = assert(add(w, "example.com/cleanup"))
+      assert.same({ "example.com/cleanup" }, w2.metadata.finalizers)
+      local w3 = assert(add(w2, "other.io/keep"))
+      assert.same({ "example.com/cleanup", "other.io/keep" }, w3.metadata.finalizers)
+      local _, err = add(w2, "late.io/x") -- w2 is stale now
+      assert.equal(422, err.code)
+      -- A path that does not exist: 422 with kube-apiserver's cause.
+      local _, perr = client:patch("widgets.example.com", "default/addfin",
+        { { op = "remove", path = "/metadata/labels/nope" } }, { type = "json" })
+      assert.equal(422, perr.code)
+      assert.equal('remove operation does not apply: doc is missing path: "/metadata/labels/nope": missing value',
+                   perr.status.details.causes[1].message)
+      assert.equal(1, assert(client:get("widgets.example.com", "default/addfin")).metadata.generation)
+    end)
+
     it("deletes an object without finalizers at once", function()
       local w = assert(client:create("widgets.example.com", widget("plain")))
       assert(client:delete("widgets.example.com", "default/plain"))

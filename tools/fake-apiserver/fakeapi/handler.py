@@ -510,7 +510,7 @@ class App:
         if m == "GET" and watch:
             return Watch(self, x, rt, ns, name).run()
         if sub == "scale":
-            return subresources.scale(self, x, rt, ns or "", name)
+            return subresources.scale(self, x, rt, ns or "", name, dry_run)
         if m == "GET" and name is None:
             return self.do_list(x, rt, ns)
         if m == "GET":

@@ -26,7 +26,6 @@ import re
 from .objects import Obj, bad_request
 
 FOREGROUND = "foregroundDeletion"
-ORPHAN = "orphan"
 POLICIES = ("Background", "Foreground", "Orphan")
 
 _OWNERS = b'"ownerReferences":['

@@ -84,14 +84,17 @@ def _add(doc, path, value):
     return doc
 
 
-def test_failed(path):
-    """A failed `test` op, as kube-apiserver answers it (handlers/patch.go: the json-patch
-    library's error in errors.NewGenericServerResponse(422, ...)): 422 Invalid with a generic
-    message and the library's message as the cause."""
+def patch_failed(cause):
+    """A JSON patch that does not apply, as kube-apiserver answers it (handlers/patch.go wraps
+    the json-patch library's error in errors.NewGenericServerResponse(422, ...)): 422 Invalid,
+    a generic message, the library's message as the cause."""
     return ApiError(422, "Invalid", "the server rejected our request due to an error in our "
                     "request", {"causes": [{"reason": "UnexpectedServerResponse",
-                                            "message": "testing value %s failed: test failed"
-                                            % path}]})
+                                            "message": cause}]})
+
+
+def test_failed(path):
+    return patch_failed("testing value %s failed: test failed" % path)
 
 
 def json_patch(doc, ops):
@@ -122,10 +125,12 @@ def json_patch(doc, ops):
                     raise test_failed(path)
             else:
                 raise bad_request("unknown json patch operation %r" % kind)
-        except (KeyError, IndexError, ValueError, TypeError) as e:
-            what = op.get("op") if isinstance(op, dict) else op
-            raise ApiError(422, "Invalid", "the server rejected our request due to an error in "
-                           "our request: %s: %r" % (what, e))
+        except (KeyError, IndexError, ValueError, TypeError):
+            if not isinstance(op, dict) or "op" not in op or "path" not in op:
+                raise bad_request("a json patch operation needs op and path: %s"
+                                  % json.dumps(op))
+            raise patch_failed('%s operation does not apply: doc is missing path: "%s": '
+                               "missing value" % (op["op"], op.get("from", op["path"])))
     return doc
 
 

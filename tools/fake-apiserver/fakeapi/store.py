@@ -290,6 +290,7 @@ class Store:
             else:
                 md.pop("generation", None)
             md.pop("deletionTimestamp", None)
+            md.pop("deletionGracePeriodSeconds", None)
             md.pop("selfLink", None)
             if rt.custom and rt.status_subresource:
                 d.pop("status", None)  # written through /status only, as for a CRD's objects

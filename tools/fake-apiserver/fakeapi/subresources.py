@@ -17,9 +17,6 @@ stale one). Deployments and ReplicaSets have it (their selector: spec.selector a
 from .objects import ApiError, bad_request, conflict, invalid
 from .patch import apply_patch
 
-APPS_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-              "labelSelectorPath": None}
-
 
 def served(rt, sub):
     return (sub == "status" and rt.status_subresource) or (sub == "scale" and bool(rt.scale))
@@ -108,8 +105,8 @@ def _write_back(rt, d, scale):
     return d
 
 
-def scale(app, x, rt, ns, name):
-    """GET / PUT / PATCH .../{name}/scale."""
+def scale(app, x, rt, ns, name, dry_run):
+    """GET / PUT / PATCH .../{name}/scale. dry_run(x, verb): the request's dryRun."""
     store, m = app.store, x.method
     if m == "GET":
         return x.send_json(200, to_scale(rt, store.get(rt, ns, name).to_dict()))
@@ -122,6 +119,5 @@ def scale(app, x, rt, ns, name):
     else:
         raise ApiError(405, "MethodNotAllowed",
                        "the server does not allow this method on the requested resource")
-    from .handler import dry_run  # the request's dryRun, checked as for any write
     obj = store.modify(rt, ns, name, fn, dry_run=dry_run(x, "Update" if m == "PUT" else "Patch"))
     x.send_json(200, to_scale(rt, obj.to_dict()))
