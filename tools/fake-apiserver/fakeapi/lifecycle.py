@@ -16,7 +16,8 @@ Contract (every function here runs with store.lock held, called by store.py):
   dependent went loses its foregroundDeletion finalizer (and goes if none is left).
 - propagationPolicy: Background (default), Orphan (the dependents' references to the owner are
   removed before it goes), Foreground (the owner gets the foregroundDeletion finalizer and a
-  deletionTimestamp, its dependents are deleted in foreground, and it goes after the last).
+  deletionTimestamp, its dependents are deleted in foreground, and it goes once no dependent
+  with blockOwnerDeletion: true is left).
 - The owner index (uid -> dependents) is built on the first need and kept up to date by
   store._commit_locked from then on (owner_uids() reads the object's bytes, no JSON parse).
 """
@@ -175,8 +176,10 @@ def _release_foreground(store, rt, o):
     md = d["metadata"]
     if not md.get("deletionTimestamp") or FOREGROUND not in (md.get("finalizers") or []):
         return None
-    if dependents(store, o.uid):
-        return None
+    for _, _, dd in dependents(store, o.uid):
+        if any(isinstance(r, dict) and r.get("uid") == o.uid and r.get("blockOwnerDeletion")
+               for r in dd["metadata"].get("ownerReferences") or []):
+            return None  # a blocking dependent is still there
     md["finalizers"] = [f for f in md["finalizers"] if f != FOREGROUND]
     return store._write_locked(rt, o, d)
 

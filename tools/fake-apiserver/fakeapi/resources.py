@@ -129,6 +129,8 @@ def builtin_types():
           status_subresource=True, categories=["all"], scale=APPS_SCALE),
         T("apps", "v1", "replicasets", "ReplicaSet", short_names=["rs"],
           status_subresource=True, categories=["all"], scale=APPS_SCALE),
+        T("apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"],
+          status_subresource=True, categories=["all"], scale=APPS_SCALE),
         T("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
         T("coordination.k8s.io", "v1", "leases", "Lease"),
         # The same objects as v1 events, each write mirrored into the other (fakeapi/events.py).
