@@ -330,6 +330,29 @@ describe("REST client", function()
     assert.is_nil(dep.status) -- the caller's object is not changed
   end)
 
+  it("compares and writes the status of an informer's cached (read-only) object", function()
+    assert(client:create("deployments", {
+      apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "cached", namespace = "default" },
+      spec = { replicas = 1 } }))
+    assert(client:patch_status("deployments", "default/cached",
+                               { status = { replicas = 1, conditions = { { type = "Available", status = "True" } } } }))
+    local inf = assert(client:informer{ resource = "deployments", namespace = "default" })
+    finally(function() inf:stop() end)
+    assert(inf:start())
+    assert(inf:wait_for_sync(5))
+    local cached = assert(inf:store():get("default/cached"))
+    srv:clear_requests()
+    local same_obj, wrote = client:update_status_if_changed("deployments", cached,
+      { conditions = { { status = "True", type = "Available" } }, replicas = 1 })
+    assert.is_false(wrote)
+    assert.equal(cached, same_obj)
+    assert.equal(0, #srv:requests())
+    local res, wrote2 = client:update_status_if_changed("deployments", cached, { replicas = 2 })
+    assert.is_true(wrote2)
+    assert.same({ replicas = 2 }, res.status)
+    assert.equal(1, cached.status.replicas) -- the cache's copy is untouched
+  end)
+
   it("names the caller's line in argument errors", function()
     local line = debug.getinfo(1, "l").currentline
     local ok, err = pcall(function() client:get("configmaps", "a", { colour = 1 }) end)
