@@ -3,6 +3,7 @@
 -- transport failures, the response size limit, pagination, keys as names, 401 with a rotated
 -- token file, and argument errors.
 local kinformer = require "kinformer"
+local cjson = require "cjson"
 local fake = require "support.fake_apiserver"
 
 local function requests_to(srv, method, pattern)
@@ -237,6 +238,123 @@ describe("REST client", function()
     assert.equal("app in (a,b),tier!=x", list.query.labelSelector)
   end)
 
+  it("writes the status subresource with every patch type, and applies server-side", function()
+    local dep = { apiVersion = "apps/v1", kind = "Deployment",
+                  metadata = { name = "st", namespace = "default" },
+                  spec = { replicas = 1, selector = { matchLabels = { app = "st" } } } }
+    assert(client:create("deployments", dep))
+    for _, t in ipairs{ "merge", "strategic", "apply" } do
+      local res = assert(client:patch_status("deployments", "default/st",
+        { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "st" },
+          status = { observedGeneration = 1, replicas = #t } },
+        { type = t, field_manager = t == "apply" and "rest-spec" or nil }))
+      assert.equal(#t, res.status.replicas)
+      assert.equal(1, res.metadata.generation)
+    end
+    local cur = assert(client:get("deployments", "default/st"))
+    local res = assert(client:patch_status("deployments", "default/st",
+      { { op = "test", path = "/metadata/resourceVersion", value = cur.metadata.resourceVersion },
+        { op = "replace", path = "/status/replicas", value = 9 } }, { type = "json" }))
+    assert.equal(9, res.status.replicas)
+    local q = requests_to(srv, "PATCH", "/deployments/st/status$")
+    assert.equal(4, #q)
+    assert.equal("rest-spec", q[3].query.fieldManager)
+
+    srv:clear_requests()
+    local applied = assert(client:apply("configmaps", cm("applied", "default", { k = "v1" }),
+                                        { field_manager = "rest-spec" }))
+    assert.equal("v1", applied.data.k) -- created
+    applied = assert(client:apply("configmaps", cm("applied", "default", { k = "v2" }),
+                                  { field_manager = "rest-spec", force = true }))
+    assert.equal("v2", applied.data.k)
+    q = requests_to(srv, "PATCH", "/namespaces/default/configmaps/applied$")
+    assert.equal(2, #q)
+    assert.equal("rest-spec", q[1].query.fieldManager)
+    assert.is_nil(q[1].query.force)
+    assert.equal("true", q[2].query.force)
+  end)
+
+  it("reads and writes the scale subresource", function()
+    assert(client:create("deployments", {
+      apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "sc", namespace = "default" },
+      spec = { replicas = 2, selector = { matchLabels = { app = "sc" } } } }))
+    local s = assert(client:get_scale("deployments", "default/sc"))
+    assert.equal("Scale", s.kind)
+    assert.equal(2, s.spec.replicas)
+    assert.equal("app=sc", s.status.selector)
+    s.spec.replicas = 3
+    s = assert(client:update_scale("deployments", s))
+    assert.equal(3, s.spec.replicas)
+    s = assert(client:patch_scale("deployments", "sc", { spec = { replicas = 4 } },
+                                  { namespace = "default" }))
+    assert.equal(4, s.spec.replicas)
+    assert.equal(4, assert(client:get("deployments", "default/sc")).spec.replicas)
+    assert.equal(1, #requests_to(srv, "GET", "/deployments/sc/scale$"))
+    assert.equal(1, #requests_to(srv, "PUT", "/deployments/sc/scale$"))
+    assert.equal(1, #requests_to(srv, "PATCH", "/deployments/sc/scale$"))
+    local none, err = client:get_scale("configmaps", "default/x")
+    assert.is_nil(none)
+    assert.equal(404, err.code)
+  end)
+
+  it("tells a changed status and writes only that", function()
+    local changed = kinformer.rest.status_changed
+    assert.is_false(changed(nil, nil))
+    assert.is_false(changed({}, nil))
+    assert.is_false(changed({ a = 1, b = { "x", { c = true } } }, { b = { "x", { c = true } }, a = 1 }))
+    assert.is_false(changed({ a = 1, gone = cjson.null }, { a = 1 }))
+    assert.is_false(changed({ a = 1, empty = {} }, { a = 1 }))
+    assert.is_true(changed({ a = 1 }, { a = 2 }))
+    assert.is_true(changed({ a = 1 }, { a = 1, b = 0 }))
+    assert.is_true(changed({ l = { 1, 2 } }, { l = { 2, 1 } }))
+    assert.is_true(changed({ l = { 1, 2 } }, { l = { 1 } }))
+    assert.is_true(changed(nil, { a = 1 }))
+
+    local dep = assert(client:create("deployments", {
+      apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "sic", namespace = "default" },
+      spec = { replicas = 1 } }))
+    local new_status = { observedGeneration = 1, conditions = { { type = "Ready", status = "True" } } }
+    srv:clear_requests()
+    local res, wrote = client:update_status_if_changed("deployments", dep, new_status)
+    assert.is_true(wrote)
+    assert.same(new_status, res.status)
+    assert.equal(1, #requests_to(srv, "PUT", "/deployments/sic/status$"))
+    srv:clear_requests()
+    local same_obj, wrote2 = client:update_status_if_changed("deployments", res,
+      { conditions = { { status = "True", type = "Ready" } }, observedGeneration = 1 })
+    assert.equal(res, same_obj)
+    assert.is_false(wrote2)
+    assert.equal(0, #srv:requests())
+    -- The write carries the object's resourceVersion: a stale copy gets 409.
+    local none, err = client:update_status_if_changed("deployments", dep, { observedGeneration = 2 })
+    assert.is_nil(none)
+    assert.equal(409, err.code)
+    assert.is_nil(dep.status) -- the caller's object is not changed
+  end)
+
+  it("compares and writes the status of an informer's cached (read-only) object", function()
+    assert(client:create("deployments", {
+      apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "cached", namespace = "default" },
+      spec = { replicas = 1 } }))
+    assert(client:patch_status("deployments", "default/cached",
+                               { status = { replicas = 1, conditions = { { type = "Available", status = "True" } } } }))
+    local inf = assert(client:informer{ resource = "deployments", namespace = "default" })
+    finally(function() inf:stop() end)
+    assert(inf:start())
+    assert(inf:wait_for_sync(5))
+    local cached = assert(inf:store():get("default/cached"))
+    srv:clear_requests()
+    local same_obj, wrote = client:update_status_if_changed("deployments", cached,
+      { conditions = { { status = "True", type = "Available" } }, replicas = 1 })
+    assert.is_false(wrote)
+    assert.equal(cached, same_obj)
+    assert.equal(0, #srv:requests())
+    local res, wrote2 = client:update_status_if_changed("deployments", cached, { replicas = 2 })
+    assert.is_true(wrote2)
+    assert.same({ replicas = 2 }, res.status)
+    assert.equal(1, cached.status.replicas) -- the cache's copy is untouched
+  end)
+
   it("names the caller's line in argument errors", function()
     local line = debug.getinfo(1, "l").currentline
     local ok, err = pcall(function() client:get("configmaps", "a", { colour = 1 }) end)
@@ -264,6 +382,23 @@ describe("REST client", function()
                      "bad argument #3 to 'get' (unknown option 'nope')")
     assert.has_error(function() client:get("configmaps", "a/b/c") end,
                      "bad argument #2 to 'get' (malformed key a/b/c)")
+    assert.has_error(function() client:patch_status("configmaps", "a", {}, { type = "yaml" }) end,
+                     "bad argument #4 to 'patch_status' (type must be merge, json, strategic or apply)")
+    assert.has_error(function() client:patch_scale("deployments", "a", 5) end,
+                     "bad argument #3 to 'patch_scale' (patch table or JSON string expected, got number)")
+    assert.has_error(function() client:apply("configmaps", cm("a", "default")) end,
+                     "bad argument #3 to 'apply' (server-side apply needs field_manager)")
+    assert.has_error(function() client:apply("configmaps", { metadata = { name = "a" } },
+                                             { field_manager = "m" }) end,
+                     "bad argument #2 to 'apply' (server-side apply needs the object's apiVersion and kind)")
+    assert.has_error(function() client:get_scale("deployments", nil) end,
+                     "bad argument #2 to 'get_scale' (name or \"namespace/name\" key expected, got nil)")
+    assert.has_error(function() client:update_status_if_changed("deployments", cm("a"), "ok") end,
+                     "bad argument #3 to 'update_status_if_changed' (status table expected, got string)")
+    local line = debug.getinfo(1, "l").currentline
+    local ok, err = pcall(function() client:apply("configmaps", cm("a", "default"), { force = true }) end)
+    assert.is_false(ok)
+    assert.matches("rest_spec%.lua:" .. (line + 1) .. ": bad argument #3 to 'apply'", err)
   end)
 end)
 

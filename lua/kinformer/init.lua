@@ -122,9 +122,8 @@ end
 -- client:get / list / create / update / update_status / patch / delete: blocking requests for
 -- controllers (kinformer.rest; docs/api.md "REST client").
 local rest = require "kinformer.rest"
-for _, name in ipairs{ "get", "list", "create", "update", "update_status", "patch", "delete" } do
-  Client[name] = rest[name]
-end
+for _, name in ipairs(rest.METHODS) do Client[name] = rest[name] end
+_M.rest = rest -- kinformer.rest.status_changed
 
 --- kinformer.is_api_error(x) -> true for an error returned by the REST calls (err.code,
 -- err.reason, err.message).

@@ -1,6 +1,7 @@
 --- kinformer.rest: writes and reads against the API server, for controllers.
--- client:get / list / create / update / update_status / patch / delete (installed on the client
--- by kinformer.client; docs/api.md, section "REST client").
+-- client:get / list / create / update / update_status / patch / delete, the status and scale
+-- subresources (patch_status, get_scale, update_scale, patch_scale, update_status_if_changed),
+-- server-side apply (apply); installed on the client by kinformer.client (_M.METHODS); docs/rest.md.
 --
 -- Contract:
 -- - Every call is one blocking HTTP request from the calling Lua thread (csrc/request.h), with
@@ -38,7 +39,7 @@ local raise = argcheck.raise
 
 local DEFAULT_TIMEOUT = 30 -- seconds for a whole call, retries included (csrc/request.h's too)
 
-local type, tostring, ipairs = type, tostring, ipairs
+local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
 local setmetatable, getmetatable = setmetatable, getmetatable
 local concat = table.concat
 local encode = core.encode
@@ -92,7 +93,7 @@ local KNOWN_OPTS = {
   dry_run = true, field_manager = true, force = true, type = true,
   label_selector = true, field_selector = true, limit = true, continue = true,
   resource_version = true, propagation_policy = true, grace_period_seconds = true,
-  preconditions = true,
+  preconditions = true, subresource = true,
 }
 
 local function check_opts(fname, n, opts)
@@ -323,34 +324,155 @@ function _M.update_status(self, resource, obj, opts)
   return put(self, "update_status", resource, obj, opts, "status")
 end
 
+local function patch_body(fname, patch)
+  if type(patch) == "string" then return patch end
+  if type(patch) == "table" then return body_of(fname, patch) end
+  raise(3, fname, "patch table or JSON string expected, got " .. type(patch))
+end
+
+-- opts.type -> content type; raises on a bad type or an apply without field_manager
+local function patch_type(fname, opts)
+  local ptype = opts.type or "merge"
+  local ctype = PATCH_TYPES[ptype]
+  if not ctype then raise(4, fname, "type must be merge, json, strategic or apply") end
+  if ptype == "apply" and (type(opts.field_manager) ~= "string" or opts.field_manager == "") then
+    raise(4, fname, "server-side apply needs field_manager")
+  end
+  return ptype, ctype
+end
+
+local function do_patch(self, fname, resource, name, patch, opts, sub)
+  opts = check_opts(fname, 4, opts)
+  local ns, nm = split_name(fname, 2, name)
+  local ptype, ctype = patch_type(fname, opts)
+  local body = patch_body(fname, patch)
+  local params = write_params(opts)
+  if ptype == "apply" and opts.force then params[#params + 1] = "force=true" end
+  local path, err = object_path(self, fname, resource, ns, nm, opts, sub)
+  if not path then return nil, err end
+  return call(self, "PATCH", path .. query(params), body, ctype, opts)
+end
+
 --- client:patch(resource, name_or_key, patch [, opts]) -> patched object | nil, err
 -- opts.type: "merge" (default; RFC 7386), "json" (RFC 6902, patch is a list of operations),
 -- "strategic", or "apply" (server-side apply: opts.field_manager required, opts.force to take
 -- fields owned by other managers). patch: a table (encoded as JSON) or a JSON string.
--- opts.subresource is not supported; use update_status for status writes.
 function _M.patch(self, resource, name, patch, opts)
-  opts = check_opts("patch", 4, opts)
-  local ns, nm = split_name("patch", 2, name)
-  local ptype = opts.type or "merge"
-  local ctype = PATCH_TYPES[ptype]
-  if not ctype then raise(4, "patch", "type must be merge, json, strategic or apply") end
-  if ptype == "apply" and (type(opts.field_manager) ~= "string" or opts.field_manager == "") then
-    raise(4, "patch", "server-side apply needs field_manager")
-  end
-  local body
-  if type(patch) == "string" then
-    body = patch
-  elseif type(patch) == "table" then
-    body = body_of("patch", patch)
-  else
-    raise(3, "patch", "patch table or JSON string expected, got " .. type(patch))
-  end
-  local params = write_params(opts)
-  if ptype == "apply" and opts.force then params[#params + 1] = "force=true" end
-  local path, err = object_path(self, "patch", resource, ns, nm, opts)
-  if not path then return nil, err end
-  return call(self, "PATCH", path .. query(params), body, ctype, opts)
+  return do_patch(self, "patch", resource, name, patch, opts)
 end
+
+--- client:patch_status(resource, name_or_key, patch [, opts]) -> patched object | nil, err
+-- As patch, on the /status subresource (only the status is written).
+function _M.patch_status(self, resource, name, patch, opts)
+  return do_patch(self, "patch_status", resource, name, patch, opts, "status")
+end
+
+--- client:apply(resource, obj [, opts]) -> the object | nil, err
+-- Server-side apply of obj (apiVersion, kind, metadata.name required): PATCH with
+-- application/apply-patch+yaml, opts.field_manager required, opts.force takes conflicting
+-- fields; creates the object when it does not exist. opts.subresource = "status" applies the
+-- status.
+function _M.apply(self, resource, obj, opts)
+  opts = check_opts("apply", 3, opts)
+  local md = check_object("apply", 2, obj)
+  if type(md.name) ~= "string" or md.name == "" then raise(2, "apply", "object has no metadata.name") end
+  if type(obj.apiVersion) ~= "string" or type(obj.kind) ~= "string" then
+    raise(2, "apply", "server-side apply needs the object's apiVersion and kind")
+  end
+  if type(opts.field_manager) ~= "string" or opts.field_manager == "" then
+    raise(3, "apply", "server-side apply needs field_manager")
+  end
+  local sub = opts.subresource
+  if sub ~= nil and sub ~= "status" then raise(3, "apply", "subresource must be \"status\"") end
+  local params = write_params(opts)
+  if opts.force then params[#params + 1] = "force=true" end
+  local path, err = object_path(self, "apply", resource, opts.namespace or ns_of(md), md.name,
+                                opts, sub)
+  if not path then return nil, err end
+  return call(self, "PATCH", path .. query(params), body_of("apply", obj), PATCH_TYPES.apply, opts)
+end
+
+--- client:get_scale(resource, name_or_key [, opts]) -> autoscaling/v1 Scale | nil, err
+function _M.get_scale(self, resource, name, opts)
+  opts = check_opts("get_scale", 3, opts)
+  local ns, nm = split_name("get_scale", 2, name)
+  local path, err = object_path(self, "get_scale", resource, ns, nm, opts, "scale")
+  if not path then return nil, err end
+  return call(self, "GET", path, nil, nil, opts)
+end
+
+--- client:update_scale(resource, scale [, opts]) -> the Scale written | nil, err
+-- scale: an autoscaling/v1 Scale (as get_scale returns it, spec.replicas changed); its
+-- metadata.resourceVersion, when present, makes a stale write a 409 Conflict.
+function _M.update_scale(self, resource, scale, opts)
+  return put(self, "update_scale", resource, scale, opts, "scale")
+end
+
+--- client:patch_scale(resource, name_or_key, patch [, opts]) -> the Scale | nil, err
+-- A patch of the Scale (e.g. { spec = { replicas = 3 } }), opts.type as for patch.
+function _M.patch_scale(self, resource, name, patch, opts)
+  return do_patch(self, "patch_scale", resource, name, patch, opts, "scale")
+end
+
+local null = cjson.null
+
+-- nil for what compares as absent: JSON null, a table with nothing present in it
+local function present(v)
+  if v == null then return nil end
+  if type(v) == "table" then
+    for _, x in pairs(v) do
+      if present(x) ~= nil then return v end
+    end
+    return nil
+  end
+  return v
+end
+
+-- deep equality of decoded JSON values; JSON null, an empty table and absent are the same
+local function same(a, b)
+  a, b = present(a), present(b)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  local n = 0
+  for k, v in pairs(a) do
+    if present(v) ~= nil then
+      if not same(v, b[k]) then return false end
+      n = n + 1
+    end
+  end
+  for _, v in pairs(b) do
+    if present(v) ~= nil then n = n - 1 end
+  end
+  return n == 0
+end
+
+--- kinformer.rest.status_changed(old, new) -> true when two status values differ (deep
+-- compare of decoded JSON: tables by content; JSON null, an empty table and absent are alike).
+function _M.status_changed(old, new) return not same(old, new) end
+
+--- client:update_status_if_changed(resource, obj, new_status [, opts]) -> object, written |
+-- nil, err
+-- Writes new_status to obj's /status (PUT with obj's resourceVersion: a stale obj gets 409)
+-- only when it differs from obj.status; otherwise returns obj unchanged and false, with no
+-- request. obj may be a cache object (it is copied, never changed).
+function _M.update_status_if_changed(self, resource, obj, new_status, opts)
+  check_object("update_status_if_changed", 2, obj)
+  if new_status ~= nil and type(new_status) ~= "table" then
+    raise(3, "update_status_if_changed", "status table expected, got " .. type(new_status))
+  end
+  check_opts("update_status_if_changed", 4, opts)
+  if not _M.status_changed(obj.status, new_status) then return obj, false end
+  local copy = core.to_table(obj)
+  copy.status = new_status
+  local res, err = put(self, "update_status_if_changed", resource, copy, opts, "status")
+  if not res then return nil, err end
+  return res, true
+end
+
+-- The calls installed as client methods (kinformer.client).
+_M.METHODS = { "get", "list", "create", "update", "update_status", "patch", "delete",
+               "patch_status", "apply", "get_scale", "update_scale", "patch_scale",
+               "update_status_if_changed" }
 
 --- client:delete(resource, name_or_key [, opts]) -> the server's answer (the object being
 -- deleted, or a Status) | nil, err

@@ -8,6 +8,7 @@ response's Content-Type names what was sent, which is how clients tell the two a
 --no-aggregated-discovery turns this off (a server older than 1.26).
 """
 
+from .subresources import discovery_entries
 from .resources import VERBS, dumps
 
 GROUP = "apidiscovery.k8s.io"
@@ -44,9 +45,10 @@ def _resource(t):
         r["shortNames"] = t.short_names
     if t.categories:
         r["categories"] = t.categories
-    if t.status_subresource:
-        r["subresources"] = [{"subresource": "status", "responseKind": kind,
-                              "verbs": ["get", "patch", "update"]}]
+    subs = [{"subresource": sub, "responseKind": {"group": g, "version": v, "kind": k},
+             "verbs": ["get", "patch", "update"]} for sub, g, v, k in discovery_entries(t)]
+    if subs:
+        r["subresources"] = subs
     return r
 
 

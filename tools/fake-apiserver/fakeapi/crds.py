@@ -59,10 +59,17 @@ def _types(d):
     out = []
     for v in served:
         sub = v.get("subresources") if isinstance(v.get("subresources"), dict) else {}
+        scale = sub.get("scale") if isinstance(sub.get("scale"), dict) else None
+        if scale is not None:
+            scale = {"specReplicasPath": scale.get("specReplicasPath") or ".spec.replicas",
+                     "statusReplicasPath": scale.get("statusReplicasPath") or ".status.replicas",
+                     "labelSelectorPath": scale.get("labelSelectorPath")}
         out.append(ResourceType(
             group, str(v.get("name")), plural, kind, namespaced=scope == "Namespaced",
             short_names=names.get("shortNames") or (), categories=names.get("categories") or (),
-            singular=names.get("singular") or None, status_subresource="status" in sub))
+            singular=names.get("singular") or None, status_subresource="status" in sub,
+            scale=scale))
+        out[-1].custom = True
     return out, []
 
 
@@ -94,7 +101,37 @@ def created(app, rt, obj, dry_run):
     dry run or another resource). Versions already served stay as they are."""
     if dry_run or not is_crd(rt):
         return
-    types, _ = _types(obj.to_dict())
+    serve(app.store, obj.to_dict())
+
+
+def serve(store, d):
+    types, _ = _types(d)
     for t in types:
-        if app.registry.get(t.group, t.version, t.plural) is None:
-            app.store.add_type(t)
+        if store.registry.get(t.group, t.version, t.plural) is None:
+            store.add_type(t)
+
+
+def install(store, d):
+    """Create a definition at start-up (--crd, --widget-crd) as a POST would."""
+    rt = store.registry.get(GROUP, "v1", "customresourcedefinitions")
+    obj = store.create(rt, None, admit(rt, d))
+    serve(store, obj.to_dict())
+    return obj
+
+
+def widget_crd():
+    """widgets.example.com: namespaced, v1, status and scale subresources, short name wd
+    (the CRD of examples/widget-operator.lua)."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                               "listKind": "WidgetList", "shortNames": ["wd"]},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": schema},
+                                   "subresources": {
+                                       "status": {},
+                                       "scale": {"specReplicasPath": ".spec.replicas",
+                                                 "statusReplicasPath": ".status.replicas",
+                                                 "labelSelectorPath": ".status.selector"}}}]}}

@@ -21,7 +21,7 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import aggregated, compression, crds, partial, tables
+from . import aggregated, compression, crds, lifecycle, partial, subresources, tables
 from .faults import LINE_FAULTS
 from .impersonation import Authz
 from .warning_headers import Warnings
@@ -509,6 +509,8 @@ class App:
         watch = watch_path or parse_bool(x.query, "watch")
         if m == "GET" and watch:
             return Watch(self, x, rt, ns, name).run()
+        if sub == "scale":
+            return subresources.scale(self, x, rt, ns or "", name, dry_run)
         if m == "GET" and name is None:
             return self.do_list(x, rt, ns)
         if m == "GET":
@@ -535,7 +537,8 @@ class App:
             if x.body:
                 opts = x.json_body() or {}
                 pre = opts.get("preconditions") if isinstance(opts, dict) else None
-            obj = self.store.delete(rt, ns or "", name, pre, dry_run=dry_run(x, "Delete", opts))
+            obj = self.store.delete(rt, ns or "", name, pre, dry_run=dry_run(x, "Delete", opts),
+                                    policy=lifecycle.policy_of(opts, x.query))
             return x.send_bytes(200, obj.full(rt))
         if m == "DELETE" and name is None:
             return self.do_delete_collection(x, rt, ns)
@@ -568,7 +571,7 @@ class App:
             return None
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if sub is not None and (sub != "status" or not rt.status_subresource):
+        if sub is not None and not subresources.served(rt, sub):
             return None
         if rt.namespaced and ns is None and name is not None:
             return None
@@ -736,7 +739,7 @@ class App:
             obj = self.store.modify(rt, ns, name, lambda d: apply_patch(ctype, d, x.body), sub,
                                     dry_run=dry)
         except ApiError as e:
-            if e.code != 404 or not ctype.startswith(APPLY):
+            if e.code != 404 or not ctype.startswith(APPLY) or sub is not None:
                 raise
             # Server-side apply creates what does not exist yet.
             d = apply_patch(ctype, {}, x.body)
@@ -753,7 +756,8 @@ class App:
             victims = [o for o in self.store.objects[rt].values()
                        if (ns is None or o.ns == ns) and (pred is None or pred(o))]
             victims.sort(key=lambda o: o.key)
-            deleted = [self.store.delete(rt, o.ns, o.name, dry_run=dry) for o in victims]
+            deleted = [self.store.delete(rt, o.ns, o.name, dry_run=dry) for o in victims
+                       if o.key in self.store.objects[rt]]  # the collector may have taken it
             head = self.store.head
         meta = dumps({"resourceVersion": str(head)})
         body = rt.list_prefix + meta + b',"items":[' + b",".join(o.raw() for o in deleted) + b"]}"

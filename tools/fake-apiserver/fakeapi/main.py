@@ -12,7 +12,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 
-from . import impersonation, warning_headers
+from . import crds, impersonation, warning_headers
 from .faults import Faults
 from .generate import Cluster
 from .handler import App, Handler
@@ -56,6 +56,12 @@ def parse_args(argv):
       help="serve resourceVersion=0 lists in one page, ignoring limit, like the watch cache")
     a("--resource", action="append", default=[], metavar="GROUP/VERSION/PLURAL/KIND[/cluster]",
       help="serve a custom resource (repeatable)")
+    a("--crd", action="append", default=[], metavar="FILE",
+      help="create this CustomResourceDefinition (JSON, one object or a list) at start-up, as "
+           "a POST would (repeatable)")
+    a("--widget-crd", action="store_true",
+      help="create the Widget CRD (widgets.example.com, v1, namespaced, status and scale "
+           "subresources, short name wd) at start-up")
     a("--no-aggregated-discovery", action="store_true",
       help="answer GET /api and /apis with the legacy documents only, like a server before "
            "Kubernetes 1.26 (default: aggregated discovery for clients that ask for it)")
@@ -169,6 +175,18 @@ def main(argv=None):
             faults.add(json.loads(spec))
     except (ValueError, ApiError) as e:
         print("server.py: bad --fault: %s" % e, file=sys.stderr)
+        return 2
+
+    try:
+        defs = [crds.widget_crd()] if opts.widget_crd else []
+        for path in opts.crd:
+            with open(path) as f:
+                d = json.load(f)
+            defs.extend(d if isinstance(d, list) else [d])
+        for d in defs:
+            crds.install(store, d)
+    except (OSError, ValueError, ApiError) as e:
+        print("server.py: bad --crd: %s" % e, file=sys.stderr)
         return 2
 
     cluster = Cluster(store, seed=opts.seed)

@@ -84,6 +84,19 @@ def _add(doc, path, value):
     return doc
 
 
+def patch_failed(cause):
+    """A JSON patch that does not apply, as kube-apiserver answers it (handlers/patch.go wraps
+    the json-patch library's error in errors.NewGenericServerResponse(422, ...)): 422 Invalid,
+    a generic message, the library's message as the cause."""
+    return ApiError(422, "Invalid", "the server rejected our request due to an error in our "
+                    "request", {"causes": [{"reason": "UnexpectedServerResponse",
+                                            "message": cause}]})
+
+
+def test_failed(path):
+    return patch_failed("testing value %s failed: test failed" % path)
+
+
 def json_patch(doc, ops):
     if not isinstance(ops, list):
         raise bad_request("json patch must be a list of operations")
@@ -109,14 +122,15 @@ def json_patch(doc, ops):
                 doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])))
             elif kind == "test":
                 if _get(doc, path) != op["value"]:
-                    raise ApiError(422, "Invalid", "the server rejected our request due to an "
-                                   "error in our request: testing value %s failed" % path)
+                    raise test_failed(path)
             else:
                 raise bad_request("unknown json patch operation %r" % kind)
-        except (KeyError, IndexError, ValueError, TypeError) as e:
-            what = op.get("op") if isinstance(op, dict) else op
-            raise ApiError(422, "Invalid", "the server rejected our request due to an error in "
-                           "our request: %s: %r" % (what, e))
+        except (KeyError, IndexError, ValueError, TypeError):
+            if not isinstance(op, dict) or "op" not in op or "path" not in op:
+                raise bad_request("a json patch operation needs op and path: %s"
+                                  % json.dumps(op))
+            raise patch_failed('%s operation does not apply: doc is missing path: "%s": '
+                               "missing value" % (op["op"], op.get("from", op["path"])))
     return doc
 
 

@@ -27,6 +27,15 @@ FIELD_LABELS = {
     "ReplicaSet": ["status.replicas"],
 }
 
+# events.k8s.io/v1 Events: the field labels its conversion maps to core v1's (the same objects).
+EVENTS_FIELD_LABELS = ["regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+                       "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath",
+                       "reason", "reportingController", "type"]
+
+# The scale subresource of Deployments and ReplicaSets (their selector: spec.selector).
+APPS_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+              "labelSelectorPath": None}
+
 # Field paths whose value is read from a different place than the label says.
 _FIELD_PATH_ALIASES = {"source": "source.component"}
 
@@ -35,7 +44,7 @@ class ResourceType:
     """One served resource (group/version/plural) and its precomputed byte prefixes."""
 
     def __init__(self, group, version, plural, kind, namespaced=True, short_names=(),
-                 status_subresource=False, categories=(), singular=None):
+                 status_subresource=False, categories=(), singular=None, scale=None):
         self.group = group
         self.version = version
         self.plural = plural
@@ -43,13 +52,17 @@ class ResourceType:
         self.namespaced = namespaced
         self.short_names = list(short_names)
         self.status_subresource = status_subresource
+        self.custom = False  # served for a CustomResourceDefinition (fakeapi/crds.py)
+        self.scale = scale  # None, or the scale subresource's paths (fakeapi/subresources.py)
         self.categories = list(categories)
         self.singular = singular or kind.lower()
         self.api_version = version if not group else "%s/%s" % (group, version)
         self.list_kind = kind + "List"
         # kubectl-style name: "pods", "deployments.apps"; used by the control endpoints.
         self.name = plural if not group else "%s.%s" % (plural, group)
-        self.field_labels = ["metadata.name", "metadata.namespace"] + FIELD_LABELS.get(kind, [])
+        labels = (EVENTS_FIELD_LABELS if self.name == "events.events.k8s.io"
+                  else FIELD_LABELS.get(kind, []))
+        self.field_labels = ["metadata.name", "metadata.namespace"] + labels
         # '{"kind":"Pod","apiVersion":"v1",' : an object's cached bytes start after its '{'.
         self.kind_prefix = ('{"kind":"%s","apiVersion":"%s",' % (kind, self.api_version)).encode()
         self.event_prefix = {
@@ -91,6 +104,10 @@ class ResourceType:
             out.append({"name": self.plural + "/status", "singularName": "",
                         "namespaced": self.namespaced, "kind": self.kind,
                         "verbs": ["get", "patch", "update"]})
+        if self.scale:
+            out.append({"name": self.plural + "/scale", "singularName": "",
+                        "namespaced": self.namespaced, "group": "autoscaling", "version": "v1",
+                        "kind": "Scale", "verbs": ["get", "patch", "update"]})
         return out
 
 
@@ -109,11 +126,15 @@ def builtin_types():
           status_subresource=True),
         T("", "v1", "events", "Event", short_names=["ev"]),
         T("apps", "v1", "deployments", "Deployment", short_names=["deploy"],
-          status_subresource=True, categories=["all"]),
+          status_subresource=True, categories=["all"], scale=APPS_SCALE),
         T("apps", "v1", "replicasets", "ReplicaSet", short_names=["rs"],
-          status_subresource=True, categories=["all"]),
+          status_subresource=True, categories=["all"], scale=APPS_SCALE),
+        T("apps", "v1", "statefulsets", "StatefulSet", short_names=["sts"],
+          status_subresource=True, categories=["all"], scale=APPS_SCALE),
         T("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
         T("coordination.k8s.io", "v1", "leases", "Lease"),
+        # The same objects as v1 events, each write mirrored into the other (fakeapi/events.py).
+        T("events.k8s.io", "v1", "events", "Event", short_names=["ev"]),
         # Two versions of one group (v2 preferred), each stored on its own: no conversion here.
         T("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
           short_names=["hpa"], status_subresource=True, categories=["all"]),

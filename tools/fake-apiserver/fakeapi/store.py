@@ -12,6 +12,7 @@ Rules the rest of the server relies on:
 """
 
 import collections
+import json
 import contextlib
 import gc
 import random
@@ -20,6 +21,7 @@ import threading
 import time
 import uuid
 
+from . import events, lifecycle
 from .objects import (ApiError, Event, Obj, Preview, already_exists, bad_request, conflict, expired, invalid,
                       normalize, not_found)
 
@@ -70,6 +72,13 @@ class Store:
         self.watch_slack = watch_slack
         self.held = None  # (head when held, rt, events) of hold_touches()
         self._rng = random.Random()
+        self.owners = None  # lifecycle.OwnerIndex, built on the first garbage collection
+        # fn(store, rt, type, obj, prev) after each commit, lock held (events.Mirror)
+        self.commit_hooks = [events.Mirror(registry)]
+
+    @staticmethod
+    def now():
+        return now_rfc3339()
 
     def add_type(self, rt):
         """Serves a new resource type from now on (a CustomResourceDefinition was created).
@@ -100,6 +109,10 @@ class Store:
             self._sorted.pop(rt, None)
         self.last_change[rt] = obj.rv
         self.log.append(Event(obj.rv, rt, type_, obj, prev))
+        if self.owners is not None:
+            self.owners.update(rt, type_, obj, prev)
+        for hook in self.commit_hooks:
+            hook(self, rt, type_, obj, prev)
         self._trim_locked()
 
     def _trim_locked(self):
@@ -173,6 +186,7 @@ class Store:
             self._sorted = {}
             self._snapshots.clear()
             self.held = None
+            self.owners = None
             self.cond.notify_all()
             return self.head
 
@@ -271,12 +285,15 @@ class Store:
                 raise already_exists(rt, md["name"])
             md["uid"] = str(uuid.uuid4())
             md["creationTimestamp"] = now_rfc3339()
-            if "spec" in d:  # only objects with a spec have a generation (not ConfigMaps)
+            if "spec" in d or rt.custom:  # not ConfigMaps; every custom resource
                 md["generation"] = 1
             else:
                 md.pop("generation", None)
             md.pop("deletionTimestamp", None)
+            md.pop("deletionGracePeriodSeconds", None)
             md.pop("selfLink", None)
+            if rt.custom and rt.status_subresource:
+                d.pop("status", None)  # written through /status only, as for a CRD's objects
             if rt.kind == "Pod" and "status" not in d:
                 d["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             if dry_run:
@@ -325,15 +342,34 @@ class Store:
                     new.pop("status", None)
             nmd = new["metadata"] = dict(md)
             omd = old["metadata"]
-            for k in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+            for k in ("name", "namespace", "uid", "creationTimestamp", "generation",
+                      "deletionTimestamp", "deletionGracePeriodSeconds"):
                 if k in omd:
                     nmd[k] = omd[k]
                 else:
                     nmd.pop(k, None)
-            spec_changed = ({k: v for k, v in new.items() if k not in ("metadata", "status")}
-                            != {k: v for k, v in old.items() if k not in ("metadata", "status")})
+            if omd.get("deletionTimestamp"):
+                added = [f for f in nmd.get("finalizers") or []
+                         if f not in (omd.get("finalizers") or [])]
+                if added:
+                    raise invalid(rt.kind, cur.name, [("metadata.finalizers", "Forbidden: no "
+                                  "new finalizers can be added if the object is being deleted, "
+                                  "found new finalizers %s" % json.dumps(added))],
+                                  rt.group or None)
+            # generation moves on changes to anything but metadata (and status, when status
+            # is a subresource of its own)
+            skip = ("metadata", "status") if rt.status_subresource else ("metadata",)
+            spec_changed = ({k: v for k, v in new.items() if k not in skip}
+                            != {k: v for k, v in old.items() if k not in skip})
             if spec_changed and "generation" in omd:
                 nmd["generation"] = omd["generation"] + 1
+        return self._write_locked(rt, cur, new, dry_run, old)
+
+    def _write_locked(self, rt, cur, new, dry_run=False, old=None):
+        """Store new (a dict) as the next version of cur: MODIFIED, or DELETED when it is
+        terminating without finalizers (then the garbage collector runs). A no-op returns cur."""
+        if old is None:
+            old = cur.to_dict()
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if normalize(new) == normalize(old):
             return cur
@@ -342,20 +378,31 @@ class Store:
         self.head += 1
         new["metadata"]["resourceVersion"] = str(self.head)
         obj = Obj.from_dict(rt, new)
-        self._commit_locked(rt, "MODIFIED", obj, cur)
+        gone = lifecycle.finalized(new)
+        self._commit_locked(rt, "DELETED" if gone else "MODIFIED", obj, cur)
+        if gone:
+            lifecycle.removed(self, rt, obj)
+        self._done_locked()
+        return obj
+
+    def _remove_locked(self, rt, cur):
+        """cur goes for good (DELETED at a new rv), then the garbage collector runs."""
+        self.head += 1
+        obj = cur.with_rv(self.head)
+        self._commit_locked(rt, "DELETED", obj, cur)
+        lifecycle.removed(self, rt, obj)
         self._done_locked()
         return obj
 
     def modify(self, rt, ns, name, fn, subresource=None, dry_run=False):
         """Read-modify-write under the lock: fn(dict) edits the object in place (PATCH, and
-        the churn generator). Conflicts on a resourceVersion fn leaves in the dict."""
+        the churn generator). fn sees the stored resourceVersion (a JSON patch may `test` it);
+        a different one it leaves in the dict is a precondition (409 Conflict)."""
         with self.lock:
             cur = self.objects[rt].get(ns + "/" + name if ns else name)
             if cur is None:
                 raise not_found(rt, name)
-            d = cur.to_dict()
-            d["metadata"].pop("resourceVersion", None)
-            d = fn(d)
+            d = fn(cur.to_dict())
             if not isinstance(d, dict) or not isinstance(d.get("metadata"), dict):
                 raise bad_request("the patched object is not a valid object")
             md = d["metadata"]
@@ -366,7 +413,7 @@ class Store:
                 md["namespace"] = ns
             return self._update_locked(rt, cur, d, subresource, dry_run)
 
-    def delete(self, rt, ns, name, preconditions=None, dry_run=False):
+    def delete(self, rt, ns, name, preconditions=None, dry_run=False, policy=None):
         with self.lock:
             key = ns + "/" + name if ns else name
             cur = self.objects[rt].get(key)
@@ -381,13 +428,7 @@ class Store:
             if pre.get("uid") not in (None, "") and pre["uid"] != cur.uid:
                 raise conflict(rt, name, "Precondition failed: UID in precondition: %s, UID in "
                                "object meta: %s" % (pre["uid"], cur.uid))
-            if dry_run:
-                return cur
-            self.head += 1
-            obj = cur.with_rv(self.head)
-            self._commit_locked(rt, "DELETED", obj, cur)
-            self._done_locked()
-            return obj
+            return lifecycle.delete(self, rt, cur, policy, dry_run)
 
     # -- fast paths for the control endpoints and the generators ----------------------------
 

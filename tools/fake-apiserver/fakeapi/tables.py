@@ -112,6 +112,24 @@ def _endpointslice(d):
     return [d["metadata"]["name"], d.get("addressType", ""), ports, shown or "<unset>", age(d)]
 
 
+def _event(d):
+    """kubectl get events (core v1 and events.k8s.io/v1): last seen, type, reason, object,
+    message."""
+    last = (d.get("lastTimestamp") or d.get("deprecatedLastTimestamp")
+            or (d.get("series") or {}).get("lastObservedTime") or d.get("eventTime")
+            or d["metadata"].get("creationTimestamp"))
+    ref = d.get("involvedObject") or d.get("regarding") or {}
+    seen = "<unknown>"
+    try:  # RFC 3339, with or without fractional seconds (eventTime is a MicroTime)
+        seen = human_duration(max(0, time.time() - calendar.timegm(
+            time.strptime(last.split(".")[0].rstrip("Z") + "Z", "%Y-%m-%dT%H:%M:%SZ"))))
+    except (AttributeError, ValueError):
+        pass
+    return [seen, d.get("type", ""), d.get("reason", ""),
+            "%s/%s" % ((ref.get("kind") or "").lower(), ref.get("name", "")),
+            d.get("message", d.get("note", ""))]
+
+
 POD_COLUMNS = [
     NAME_COL,
     _col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
@@ -131,6 +149,8 @@ PRINTERS = {
                     _col("Available", type_="integer"), AGE_COL], _deployment),
     "Namespace": ([NAME_COL, _col("Status"), AGE_COL], _namespace),
     "ConfigMap": ([NAME_COL, _col("Data", type_="integer"), AGE_COL], _configmap),
+    "Event": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")],
+              _event),
     "EndpointSlice": ([NAME_COL, _col("AddressType"), _col("Ports"), _col("Endpoints"), AGE_COL],
                       _endpointslice),
 }
