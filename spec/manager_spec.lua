@@ -52,6 +52,15 @@ local function manager_for(ns, spec, mopts)
   return mgr, calls, c
 end
 
+-- Clean-ups of the running test, run after it in reverse order, pass or fail (busted keeps
+-- only one finally per test).
+local deferred = {}
+local function defer(fn) deferred[#deferred + 1] = fn end
+local function run_deferred()
+  for i = #deferred, 1, -1 do pcall(deferred[i]) end
+  deferred = {}
+end
+
 local function count(list, v)
   local n = 0
   for _, x in ipairs(list) do if x == v then n = n + 1 end end
@@ -63,14 +72,20 @@ describe("kinformer.manager", function()
     srv = fake.start{ quiet = true }
     client = assert(kinformer.client{ server = srv.url })
   end)
-  teardown(function() if srv then srv:stop() end end)
+  teardown(function()
+    kinformer.set_logger(nil, "warn")
+    if srv then srv:stop() end
+  end)
+  -- Reconciles that fail on purpose log errors: kept off the test output.
+  before_each(function() kinformer.set_logger(function() end) end)
+  after_each(run_deferred)
 
   it("reconciles each primary, and an owned object's change reconciles its owner", function()
     local ns = new_ns()
     local parent = assert(client:create("configmaps", cm(ns, "parent")))
     assert(client:create("configmaps", cm(ns, "other")))
     local mgr, calls = manager_for(ns, { owns = { "secrets" } })
-    finally(function() mgr:stop() end)
+    defer(function() mgr:stop() end)
     assert.truthy(drive(mgr, 5, function() return #calls >= 2 end))
     drive(mgr, 0.2)
     assert.equals(1, count(calls, ns .. "/parent"))
@@ -106,7 +121,7 @@ describe("kinformer.manager", function()
       end } },
       reconcile = function(req, ctx) seen[#seen + 1] = ctx:get() ~= nil end,
     })
-    finally(function() mgr:stop() end)
+    defer(function() mgr:stop() end)
     assert.truthy(drive(mgr, 5, function() return #calls >= 1 end))
     assert(client:create("secrets", { apiVersion = "v1", kind = "Secret",
       metadata = { namespace = ns, name = "s", labels = { target = "target" } } }))
@@ -121,7 +136,7 @@ describe("kinformer.manager", function()
     local ns = new_ns()
     local obj = assert(client:create("configmaps", cm(ns, "a", { labels = { x = "1" } })))
     local mgr, calls = manager_for(ns, { predicates = { kinformer.predicates.labels_changed } })
-    finally(function() mgr:stop() end)
+    defer(function() mgr:stop() end)
     assert.truthy(drive(mgr, 5, function() return #calls >= 1 end))
     obj.metadata.annotations = { note = "n" }
     obj = assert(client:update("configmaps", obj))
@@ -154,7 +169,7 @@ describe("kinformer.manager", function()
     local t = 1000
     local real_now = clock.now
     clock.now = function() return t end
-    finally(function() clock.now = real_now end)
+    defer(function() clock.now = real_now end)
     local times, fail_n = {}, 4
     local mgr, calls = manager_for(ns, { reconcile = function()
       times[#times + 1] = t
@@ -164,7 +179,7 @@ describe("kinformer.manager", function()
       end
       if #times == fail_n + 1 then return 2.5 end -- requeue after 2.5 s
     end })
-    finally(function() mgr:stop() end)
+    defer(function() mgr:stop() end)
     local function advance_until(n, limit)
       local start = t
       while #calls < n and t - start < limit do
@@ -187,5 +202,185 @@ describe("kinformer.manager", function()
     assert.equals(0, st.queue.waiting + st.queue.length)
     -- forgotten after the success: the next failure starts at 5 ms again
     assert.equals(0, mgr.controllers.cms.queue:num_requeues(ns .. "/flaky"))
+  end)
+
+  it("adds the finalizer first, finalizes until it succeeds, removes only its own", function()
+    local ns = new_ns()
+    local mgr, calls, c
+    local finalized, fail_first = 0, 2
+    mgr, calls, c = manager_for(ns, {
+      finalizer = "example.com/cleanup",
+      finalize = function(obj, ctx)
+        finalized = finalized + 1
+        assert.equals(ns .. "/doomed", ctx.key)
+        if finalized == 1 then error("cleanup failed") end
+        if finalized <= fail_first then return nil, "still failing" end
+        -- Another event for the key while the cache still holds the copy with our finalizer:
+        -- the manager must not finalize again.
+        c.queue:add(ctx.key)
+      end,
+      reconcile = function(req, ctx)
+        local obj = ctx:get()
+        if obj then -- live: the finalizer is there before the first reconcile
+          local fins = obj.metadata.finalizers or {}
+          assert.truthy(fins[1] == "example.com/cleanup" or fins[2] == "example.com/cleanup")
+        end
+      end,
+    })
+    defer(function() mgr:stop() end)
+    local obj = assert(client:create("configmaps", cm(ns, "doomed",
+      { finalizers = { "other.io/keep" } })))
+    assert.truthy(drive(mgr, 5, function() return #calls >= 1 end))
+    obj = assert(client:get("configmaps", ns .. "/doomed"))
+    assert.same({ "other.io/keep", "example.com/cleanup" }, obj.metadata.finalizers)
+    -- Deleted while finalizers remain (graceful deletion): deletionTimestamp set.
+    obj.metadata.deletionTimestamp = "2026-01-01T00:00:00Z"
+    srv:objects({ obj }, "configmaps")
+    assert.truthy(drive(mgr, 5, function() return finalized >= 3 end))
+    drive(mgr, 0.5)
+    assert.equals(3, finalized)
+    obj = client:get("configmaps", ns .. "/doomed")
+    if obj then -- the other party's finalizer keeps it
+      assert.same({ "other.io/keep" }, obj.metadata.finalizers)
+      obj.metadata.finalizers = nil
+      srv:objects({ obj }, "configmaps")
+      assert(client:delete("configmaps", ns .. "/doomed"))
+    end
+    local n = #calls
+    assert.truthy(drive(mgr, 5, function() return #calls > n end))
+    assert.is_nil(client:get("configmaps", ns .. "/doomed"))
+    drive(mgr, 0.3)
+    assert.equals(3, finalized)
+    local st = mgr:status().controllers.cms
+    assert.equals(2, st.errors)
+    assert.is_true(st.stale_skips >= 1)
+  end)
+
+  it("aggregates repeated Events into one with a count, written off the reconcile path",
+    function()
+    local ns = new_ns()
+    local obj = assert(client:create("configmaps", cm(ns, "noisy")))
+    local writes_in_reconcile, n = 0, 0
+    local mgr, calls = manager_for(ns, { reconcile = function(req, ctx)
+      n = n + 1
+      local before = #srv:requests()
+      ctx:event(ctx:get(), "Normal", "Synced", "all good")
+      if n == 1 then ctx:event(ctx:get(), "Warning", "Odd", "something odd") end
+      writes_in_reconcile = writes_in_reconcile + (#srv:requests() - before)
+      if n < 3 then return 0.01 end
+    end })
+    defer(function() mgr:stop() end)
+    assert.truthy(drive(mgr, 5, function() return #calls >= 3 end))
+    assert.truthy(drive(mgr, 5, function() return mgr:recorder():pending() == 0 end))
+    assert.equals(0, writes_in_reconcile)
+    local evs = assert(client:list("events", { namespace = ns })).items
+    table.sort(evs, function(a, b) return a.reason > b.reason end)
+    assert.equals(2, #evs)
+    assert.equals("Synced", evs[1].reason)
+    assert.equals(3, evs[1].count)
+    assert.equals("Normal", evs[1].type)
+    assert.equals(1, evs[2].count)
+    assert.equals("Warning", evs[2].type)
+    local io = evs[1].involvedObject
+    assert.same({ "ConfigMap", "v1", ns, "noisy", obj.metadata.uid },
+      { io.kind, io.apiVersion, io.namespace, io.name, io.uid })
+    assert.truthy(io.resourceVersion)
+    assert.equals("kinformer", evs[1].source.component)
+    local st = mgr:recorder():status()
+    assert.equals(4, st.recorded)
+    assert.equals(2, st.aggregated)
+  end)
+
+  it("rate-limits Events per object and drops them when the server is unreachable", function()
+    local t = 0
+    local real_now = clock.now
+    clock.now = function() return t end
+    defer(function() clock.now = real_now end)
+    local rec = kinformer.events.recorder{ client = client, burst = 3, refill = 10 }
+    local obj = { apiVersion = "v1", kind = "ConfigMap",
+                  metadata = { namespace = "x", name = "o", uid = "u" } }
+    for i = 1, 5 do rec:record(obj, "Normal", "R" .. i, "m") end
+    assert.equals(2, rec:status().rate_limited)
+    t = 10
+    assert.is_true(rec:record(obj, "Normal", "R6", "m"))
+    assert.is_false(rec:record(obj, "Normal", "R7", "m"))
+    -- Unreachable: bounded attempts, then dropped; record never blocks.
+    local dead = assert(kinformer.client{ server = "http://127.0.0.1:9" })
+    local rec2 = kinformer.events.recorder{ client = dead, max_attempts = 2, max_queue = 2 }
+    for i = 1, 3 do rec2:record(obj, "Normal", "D" .. i, "m") end
+    assert.equals(1, rec2:status().dropped) -- the queue was full
+    for _ = 1, 4 do
+      rec2:flush()
+      t = t + 2
+    end
+    local st = rec2:status()
+    assert.equals(0, st.pending)
+    assert.equals(3, st.dropped)
+    assert.equals(0, st.written)
+  end)
+
+  it("retries a 409 Conflict without error-level noise", function()
+    local ns = new_ns()
+    local lines = {}
+    kinformer.set_logger(function(level, msg) lines[#lines + 1] = level .. " " .. msg end,
+      "debug")
+    local obj = assert(client:create("configmaps", cm(ns, "c")))
+    local stale = kinformer.to_table(obj)
+    obj.data = { v = "2" }
+    assert(client:update("configmaps", obj))
+    local n = 0
+    local mgr, calls = manager_for(ns, { reconcile = function()
+      n = n + 1
+      if n == 1 then return client:update("configmaps", stale) end
+    end })
+    defer(function() mgr:stop() end)
+    assert.truthy(drive(mgr, 5, function() return #calls >= 2 end))
+    local st = mgr:status().controllers.cms
+    assert.equals(1, st.conflicts)
+    assert.equals(0, st.errors)
+    local info
+    for _, l in ipairs(lines) do
+      assert.is_nil(l:match("^error .*409"), l)
+      info = info or l:match("^info controller cms: .*conflict")
+    end
+    assert.truthy(info)
+  end)
+
+  it("raises misuse at the caller's line; errors in user code never stop it", function()
+    local mgr = kinformer.manager{ client = client }
+    local ok, err = pcall(function() mgr:controller{ name = "x", reconcile = print } end)
+    assert.is_false(ok)
+    assert.matches("manager_spec%.lua:%d+: bad argument #1 to 'controller' %(x: resource name", err)
+    ok, err = pcall(function() mgr:controller{ name = "x", resource = "configmaps" } end)
+    assert.matches("manager_spec%.lua:%d+: .*'reconcile' %(function%) required", err)
+    ok, err = pcall(function() mgr:controller{ name = "x", resource = "configmaps",
+      reconcile = print, finalizer = "example.com/f" } end)
+    assert.matches("manager_spec%.lua:%d+: .*'finalize' required", err)
+    ok, err = pcall(function() mgr:controller{ name = "x", resource = "nosuchthings",
+      reconcile = print } end)
+    assert.matches("manager_spec%.lua:%d+: controller x: unknown resource", err)
+    ok, err = pcall(function() kinformer.manager{ client = client, bogus = 1 } end)
+    assert.matches("manager_spec%.lua:%d+: .*unknown option 'bogus'", err)
+    ok, err = pcall(function() mgr:run{ timeout = -1 } end)
+    assert.matches("manager_spec%.lua:%d+: .*timeout", err)
+
+    local ns = new_ns()
+    assert(client:create("configmaps", cm(ns, "p")))
+    assert(client:create("secrets", { apiVersion = "v1", kind = "Secret",
+      metadata = { namespace = ns, name = "s" } }))
+    local mgr2, calls = manager_for(ns, {
+      predicates = { function(ev)
+        if ev.object.kind == "Secret" and ev.type == "update" then error("bad predicate") end
+        return true
+      end },
+      watches = { { resource = "secrets", namespace = ns, map = function() error("bad map") end } },
+      reconcile = function() error({ "not even a string" }) end,
+    })
+    defer(function() mgr2:stop() end)
+    assert.truthy(drive(mgr2, 5, function() return #calls >= 2 end)) -- retried after the error
+    local st = mgr2:status().controllers.cms
+    assert.is_true(st.source_errors >= 1)
+    assert.is_true(st.errors >= 2)
+    assert.equals("stopped", mgr2:run{ timeout = 0.1 } == "timeout" and "stopped" or "?")
   end)
 end)
