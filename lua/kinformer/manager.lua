@@ -121,13 +121,14 @@ function _M.new(opts)
     lo.client = client
     lo.clock = function() return clock.now() end
     lo.on_started_leading = function()
+      safe_call("on_started_leading", le.on_started_leading)
       log("info", "leading: every key is enqueued once")
       for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all() end
-      safe_call("on_started_leading", le.on_started_leading)
     end
     lo.on_stopped_leading = function()
       if not self._stopping then log("info", "stopped leading: reconciles paused") end
-      safe_call("on_stopped_leading", le.on_stopped_leading)
+      safe_call("on_stopped_leading", le.on_stopped_leading,
+        self._stopping and "shutdown" or "lost")
     end
     self._elector = leaderelection.new(lo)
   end
@@ -180,6 +181,35 @@ function Manager:synced()
   end
   self._synced = self._started
   return self._synced
+end
+
+--- mgr:wait_for_sync([timeout]) -> true | nil, err: starts the informers and dispatches them
+-- (handlers fill the queues; no reconcile, no lease attempt) until every controller's informers
+-- synced. For scripts that report "started" before they compete for the lease; step / run do
+-- not need it.
+function Manager:wait_for_sync(timeout)
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
+    raise(1, "wait_for_sync", "number of seconds >= 0 expected")
+  end
+  local ok, err, code = self:start()
+  if not ok then return nil, err, code end
+  local deadline = clock.now() + (timeout or math_huge)
+  while not self:synced() do
+    for _, inf in ipairs(self._informers) do inf:dispatch(BATCH) end
+    if self:synced() then break end
+    if clock.now() >= deadline then
+      for _, inf in ipairs(self._informers) do
+        if not inf:has_synced() then return nil, inf:_not_synced(timeout), "ETIMEDOUT" end
+      end
+      return nil, "manager: handlers not synced after " .. tostring(timeout) .. "s", "ETIMEDOUT"
+    end
+    local r, sig = core.wait(self:fds(), math_min(MAX_WAIT, deadline - clock.now()))
+    if r == "signal" then -- kept for run, which then shuts down at once
+      self._signal = sig
+      return nil, "interrupted by " .. sig, sig
+    end
+  end
+  return true
 end
 
 --- mgr:is_leader() -> true when this replica may reconcile (always, without leader election)
@@ -325,6 +355,7 @@ function Manager:run(opts)
   self._catching = true
   local deadline = clock.now() + timeout
   local function loop()
+    if self._signal then return self._signal end
     while true do
       local w, serr = self:step()
       if self._stopped then return self._reason end
