@@ -384,3 +384,125 @@ describe("kinformer.manager", function()
     assert.equals("stopped", mgr2:run{ timeout = 0.1 } == "timeout" and "stopped" or "?")
   end)
 end)
+
+-- ---- replicas in child processes ----
+
+local Child = {}
+Child.__index = Child
+
+local function start_child(url, id, ns, mode)
+  local c = setmetatable({ out = os.tmpname() }, Child)
+  c.p = assert(io.popen(("echo $$; exec lua5.4 %s %s %s %s %s %s >%s 2>&1"):format(
+    proc.quote(KINFORMER_ROOT .. "/spec/support/manager_child.lua"), proc.quote(KINFORMER_ROOT),
+    proc.quote(url), proc.quote(id), proc.quote(ns), proc.quote(mode), proc.quote(c.out))))
+  c.pid = tonumber(c.p:read("l"))
+  defer(function() c:close() end)
+  return c
+end
+
+function Child:output()
+  local f = io.open(self.out)
+  local s = f and f:read("a") or ""
+  if f then f:close() end
+  return s
+end
+
+function Child:wait_for(pattern, seconds)
+  local deadline = socket.gettime() + (seconds or 10)
+  while socket.gettime() < deadline do
+    if self:output():find(pattern) then return true end
+    socket.sleep(0.05)
+  end
+  return false
+end
+
+-- Sends sig and waits for the exit -> exit code
+function Child:signal(sig)
+  os.execute("kill -" .. sig .. " " .. self.pid)
+  local _, _, code = self.p:close()
+  self.closed = true
+  return code
+end
+
+function Child:close()
+  if not self.closed then
+    if proc.alive(self.pid) then os.execute("kill -KILL " .. self.pid) end
+    self.p:close()
+    self.closed = true
+  end
+  os.remove(self.out)
+end
+
+describe("kinformer.manager replicas", function()
+  setup(function()
+    srv = fake.start{ quiet = true }
+    client = assert(kinformer.client{ server = srv.url })
+  end)
+  teardown(function() if srv then srv:stop() end end)
+  after_each(run_deferred)
+
+  it("only the leader reconciles: no two replicas ever reconcile at the same time", function()
+    local ns = new_ns()
+    for i = 1, 3 do assert(client:create("configmaps", cm(ns, "c" .. i))) end
+    local a = start_child(srv.url, "a", ns, "busy")
+    assert.truthy(a:wait_for("leading"), a:output())
+    local b = start_child(srv.url, "b", ns, "busy")
+    socket.sleep(1)
+    assert.equals(0, a:signal("TERM"))
+    assert.matches("reason SIGTERM", a:output())
+    assert.truthy(b:wait_for("leading", 3), b:output()) -- the lease was released: at once
+    socket.sleep(0.5)
+    -- Each replica's reconciles, from the request log: [begin, end] intervals.
+    local spans, open = {}, {}
+    for _, r in ipairs(srv:requests()) do
+      local who, what = r.path:match("/namespaces/" .. ns:gsub("%-", "%%-")
+        .. "/configmaps/marker%.(%a+)%.(%a+)$")
+      if what == "begin" then open[who] = r.time end
+      if what == "end" and open[who] then
+        spans[#spans + 1] = { who = who, b = open[who], e = r.time }
+        open[who] = nil
+      end
+    end
+    local by = {}
+    for _, s in ipairs(spans) do by[s.who] = (by[s.who] or 0) + 1 end
+    assert.is_true((by.a or 0) >= 5 and (by.b or 0) >= 5,
+      ("reconciles: a %d, b %d"):format(by.a or 0, by.b or 0))
+    for i, x in ipairs(spans) do
+      for j = i + 1, #spans do
+        local y = spans[j]
+        if x.who ~= y.who then
+          assert.is_true(x.e <= y.b or y.e <= x.b, ("%s [%f, %f] overlaps %s [%f, %f]"):format(
+            x.who, x.b, x.e, y.who, y.b, y.e))
+        end
+      end
+    end
+    -- and a stopped for good before b began
+    local last_a, first_b = 0, math.huge
+    for _, s in ipairs(spans) do
+      if s.who == "a" then last_a = math.max(last_a, s.e) else first_b = math.min(first_b, s.b) end
+    end
+    assert.is_true(last_a <= first_b)
+  end)
+
+  it("SIGTERM during a reconcile: it finishes, nothing else starts, the lease is released",
+    function()
+    local ns = new_ns()
+    for i = 1, 3 do assert(client:create("configmaps", cm(ns, "c" .. i))) end
+    local a = start_child(srv.url, "slow", ns, "slow")
+    assert.truthy(a:wait_for("begin "), a:output())
+    assert.equals(0, a:signal("TERM"))
+    local out = a:output()
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.same({ "leading", "begin", "end", "reason" },
+      { lines[1], (lines[2] or ""):match("^%a+"), (lines[3] or ""):match("^%a+"),
+        (lines[4] or ""):match("^%a+") }, out)
+    assert.equals(lines[2]:sub(7), lines[3]:sub(5))
+    assert.equals("reason SIGTERM", lines[4])
+    assert.equals(4, #lines, out)
+    local code, lease = srv:request("GET", "/apis/coordination.k8s.io/v1/namespaces/" .. ns
+      .. "/leases/mgr-spec")
+    assert.equals(200, code)
+    assert.equals("", lease.spec.holderIdentity)
+  end)
+end)
