@@ -183,7 +183,11 @@ local function handle(self, src, etype, obj, old)
     obj = obj.obj
   end
   local ev = { type = etype, object = obj, old = old }
-  if obj and not passes(self, src, ev) then return end
+  -- The start of a deletion always reaches a controller with a finalizer (kube-apiserver moves
+  -- the generation then, but a predicate must not be able to hide it).
+  local deleting = self.finalizer and src.kind == "primary" and etype == "update"
+    and obj and obj.metadata.deletionTimestamp and not (old and old.metadata.deletionTimestamp)
+  if obj and not deleting and not passes(self, src, ev) then return end
   add_keys(self, keys_of(self, src, obj, tomb_key))
   if etype == "update" and src.kind ~= "primary" and old then
     add_keys(self, keys_of(self, src, old)) -- an owner or a mapping that changed: both
