@@ -150,6 +150,10 @@ function Manager:controller(spec)
     if not self._seen[inf] then
       self._seen[inf] = true
       self._informers[#self._informers + 1] = inf
+      if self._started then -- added to a running manager: its new informers start now
+        local ok, err = inf:start()
+        if not ok then argcheck.fail("controller " .. c.name .. ": " .. tostring(err)) end
+      end
       if self._registry and metrics.collect_informer then
         metrics.collect_informer(self._registry, inf)
       end
