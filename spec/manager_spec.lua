@@ -281,11 +281,20 @@ describe("kinformer.manager", function()
     assert.equals("Normal", evs[1].type)
     assert.equals(1, evs[2].count)
     assert.equals("Warning", evs[2].type)
-    local io = evs[1].involvedObject
+    local inv = evs[1].involvedObject
     assert.same({ "ConfigMap", "v1", ns, "noisy", obj.metadata.uid },
-      { io.kind, io.apiVersion, io.namespace, io.name, io.uid })
-    assert.truthy(io.resourceVersion)
+      { inv.kind, inv.apiVersion, inv.namespace, inv.name, inv.uid })
+    assert.truthy(inv.resourceVersion)
     assert.equals("kinformer", evs[1].source.component)
+    -- as kubectl describe shows them
+    local kc = fake.kubeconfig(srv, {})
+    local p = assert(io.popen(("kubectl --kubeconfig %s -n %s describe configmap noisy 2>&1")
+      :format(proc.quote(kc), ns)))
+    local described = p:read("a")
+    p:close()
+    os.remove(kc)
+    assert.matches("Normal%s+Synced%s+%S+ %(x3 over %S+%)%s+kinformer%s+all good", described)
+    assert.matches("Warning%s+Odd%s+%S+%s+kinformer%s+something odd", described)
     local st = mgr:recorder():status()
     assert.equals(4, st.recorded)
     assert.equals(2, st.aggregated)
