@@ -355,6 +355,38 @@ describe("kinformer.manager", function()
     assert.truthy(info)
   end)
 
+  it("with leader election reconciles only while leading; losing the lease stops at once",
+    function()
+    local ns = new_ns()
+    assert(client:create("configmaps", cm(ns, "tick")))
+    local mgr
+    local n, not_leading = 0, 0
+    mgr = kinformer.manager{ client = client, leader_election = { lease_name = "loss",
+      namespace = ns, identity = "me", lease_duration = 2, renew_deadline = 1.5,
+      retry_period = 0.25 } }
+    mgr:controller{ name = "tick", resource = "configmaps", namespace = ns,
+      reconcile = function()
+        n = n + 1
+        if not mgr:elector():is_leader() then not_leading = not_leading + 1 end
+        return 0.02
+      end }
+    defer(function() mgr:stop() end)
+    assert.truthy(drive(mgr, 5, function() return n >= 5 end))
+    assert.is_true(mgr:is_leader())
+    -- The Lease cannot be renewed: after renew_deadline it stops leading, and reconciling.
+    srv:fault{ path = "/leases/", times = -1, action = { status = 500 } }
+    defer(function() srv:clear_faults() end)
+    assert.truthy(drive(mgr, 4, function() return not mgr:is_leader() end))
+    local at_loss = n
+    drive(mgr, 0.5)
+    assert.equals(at_loss, n)
+    assert.equals(0, not_leading)
+    -- Renewals work again: it leads again (the lease is still its own) and goes on.
+    srv:clear_faults()
+    assert.truthy(drive(mgr, 5, function() return n > at_loss + 3 end))
+    assert.equals(0, not_leading)
+  end)
+
   it("raises misuse at the caller's line; errors in user code never stop it", function()
     local mgr = kinformer.manager{ client = client }
     local ok, err = pcall(function() mgr:controller{ name = "x", reconcile = print } end)
