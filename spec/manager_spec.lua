@@ -387,6 +387,63 @@ describe("kinformer.manager", function()
     assert.equals(0, not_leading)
   end)
 
+  it("feeds the reconcile metrics and steps the metrics server (contract with kinformer.metrics)",
+    function()
+    -- A stand-in for kinformer.metrics with the contract's names, recording what it is given.
+    local seen = { inc = {}, observe = 0, collectors = {}, steps = 0 }
+    local function metric(name)
+      return {
+        inc = function(_, labels, v)
+          local k = name .. "{" .. (labels.controller or "") .. "," .. (labels.result or "") .. "}"
+          seen.inc[k] = (seen.inc[k] or 0) + v
+        end,
+        observe = function() seen.observe = seen.observe + 1 end,
+      }
+    end
+    local stub = {
+      registry = function()
+        return { counter = function(_, name) return metric(name) end,
+                 histogram = function(_, name) return metric(name) end,
+                 gauge = function(_, name) return metric(name) end }
+      end,
+      server = function(o)
+        assert.equals("127.0.0.1:0", o.address)
+        return { address = function() return "127.0.0.1:4242" end, fd = function() return 0 end,
+                 step = function() seen.steps = seen.steps + 1 end, close = function() end }
+      end,
+    }
+    for _, c in ipairs{ "collect_workqueue", "collect_informer", "collect_client",
+                        "collect_leader" } do
+      stub[c] = function() seen.collectors[c] = (seen.collectors[c] or 0) + 1 end
+    end
+    local saved = package.loaded["kinformer.manager"]
+    package.loaded["kinformer.manager"] = nil
+    package.preload["kinformer.metrics"] = function() return stub end
+    local manager = require "kinformer.manager"
+    package.loaded["kinformer.manager"] = saved
+    package.preload["kinformer.metrics"] = nil
+    package.loaded["kinformer.metrics"] = nil
+
+    local ns = new_ns()
+    assert(client:create("configmaps", cm(ns, "m1")))
+    assert(client:create("configmaps", cm(ns, "m2")))
+    local mgr = manager.new{ client = client, metrics_address = "127.0.0.1:0" }
+    local n = 0
+    mgr:controller{ name = "met", resource = "configmaps", namespace = ns,
+      reconcile = function(req) n = n + 1 if req.name == "m2" and n <= 2 then error("x") end end }
+    defer(function() mgr:stop() end)
+    assert.equals("127.0.0.1:4242", mgr:metrics_address())
+    assert.truthy(drive(mgr, 5, function() return n >= 3 end))
+    assert.equals(2, seen.inc["controller_runtime_reconcile_total{met,success}"])
+    assert.equals(1, seen.inc["controller_runtime_reconcile_total{met,error}"])
+    assert.equals(1, seen.inc["controller_runtime_reconcile_errors_total{met,}"])
+    assert.equals(3, seen.observe)
+    assert.same({ collect_workqueue = 1, collect_informer = 1, collect_client = 1 },
+      seen.collectors)
+    assert.is_true(seen.steps > 0)
+    assert.equals(0, mgr:fds()[#mgr:fds()])
+  end)
+
   it("raises misuse at the caller's line; errors in user code never stop it", function()
     local mgr = kinformer.manager{ client = client }
     local ok, err = pcall(function() mgr:controller{ name = "x", reconcile = print } end)
