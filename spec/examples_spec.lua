@@ -316,6 +316,114 @@ describe("examples", function()
     end)
   end)
 
+  describe("widget-operator.lua", function()
+    -- A background run of the operator; its output in a file.
+    local function start_operator(srv, dir)
+      local out = os.tmpname()
+      -- The shell's pid is the operator's (exec): signals reach it; --seconds is a safety net.
+      local p = assert(io.popen(("echo $$; cd /tmp && exec %s KINFORMER_SERVER=%s lua5.4 %s "
+        .. "--dir %s --seconds 60 >%s 2>&1"):format(CLEAN_ENV, quote(srv.url),
+        quote(ROOT .. "/examples/widget-operator.lua"), quote(dir), quote(out))))
+      return { p = p, pid = tonumber(p:read("l")), out = out }
+    end
+    local function output(op)
+      local f = io.open(op.out)
+      local s = f and f:read("a") or ""
+      if f then f:close() end
+      return s
+    end
+    local function wait_until(seconds, cond)
+      local deadline = socket.gettime() + seconds
+      while socket.gettime() < deadline do
+        if cond() then return true end
+        socket.sleep(0.05)
+      end
+      return cond()
+    end
+    local function get(srv, path)
+      local code, body = srv:request("GET", path)
+      return code == 200 and body or nil
+    end
+
+    it("owns a ConfigMap per Widget, writes status and events, cleans up in finalize",
+      function()
+      local srv = fake.start{ args = { "--resource", "example.com/v1/widgets/Widget" },
+                              quiet = true }
+      local dir = os.tmpname()
+      os.remove(dir)
+      os.execute("mkdir -p " .. quote(dir))
+      local op
+      finally(function()
+        if op and proc.alive(op.pid) then os.execute("kill -KILL " .. op.pid) end
+        if op then op.p:close() os.remove(op.out) end
+        os.execute("rm -rf " .. quote(dir))
+        srv:stop()
+      end)
+      op = start_operator(srv, dir)
+      local W = "/apis/example.com/v1/namespaces/default/widgets/"
+      assert.equals(201, (srv:request("POST", "/apis/example.com/v1/namespaces/default/widgets",
+        { apiVersion = "example.com/v1", kind = "Widget", metadata = { name = "w1" },
+          spec = { message = "hello", replicas = 2 } })))
+      local cm_path = "/api/v1/namespaces/default/configmaps/w1-config"
+      assert.truthy(wait_until(10, function()
+        local w = get(srv, W .. "w1")
+        return get(srv, cm_path) and w and w.status and w.status.observedGeneration ~= nil
+      end), output(op))
+      local w, cm = get(srv, W .. "w1"), get(srv, cm_path)
+      assert.same({ message = "hello", replicas = "2" }, cm.data)
+      local ref = cm.metadata.ownerReferences[1]
+      assert.same({ "example.com/v1", "Widget", "w1", w.metadata.uid, true },
+        { ref.apiVersion, ref.kind, ref.name, ref.uid, ref.controller })
+      assert.equals(w.metadata.generation, w.status.observedGeneration)
+      assert.equals("Ready", w.status.conditions[1].type)
+      assert.equals("True", w.status.conditions[1].status)
+      assert.same({ "example.com/widget-file" }, w.metadata.finalizers)
+      local f = assert(io.open(dir .. "/default_w1.widget"))
+      assert.equals("hello", f:read("a"))
+      f:close()
+      assert.truthy(wait_until(5, function()
+        for _, e in ipairs(srv:state("events", "default").items) do
+          if e.reason == "ConfigMapCreated" and e.involvedObject.uid == w.metadata.uid then
+            return true
+          end
+        end
+      end), output(op))
+
+      -- A spec change reaches the ConfigMap and the file; an edit of the ConfigMap is repaired.
+      w.spec.message = "changed"
+      assert.equals(200, (srv:request("PUT", W .. "w1", w)))
+      assert.truthy(wait_until(10, function()
+        local c = get(srv, cm_path)
+        return c and c.data.message == "changed"
+      end), output(op))
+      cm = get(srv, cm_path)
+      cm.data.message = "someone else"
+      assert.equals(200, (srv:request("PUT", cm_path, cm)))
+      assert.truthy(wait_until(10, function()
+        local c = get(srv, cm_path)
+        return c and c.data.message == "changed"
+      end), output(op))
+
+      -- Deleted (graceful deletion: deletionTimestamp while the finalizer remains): the file
+      -- goes, then the finalizer.
+      w = get(srv, W .. "w1")
+      w.metadata.deletionTimestamp = "2026-01-01T00:00:00Z"
+      srv:objects({ w }, "widgets")
+      assert.truthy(wait_until(10, function()
+        local cur = get(srv, W .. "w1")
+        return not cur or not cur.metadata.finalizers or #cur.metadata.finalizers == 0
+      end), output(op))
+      assert.is_nil(io.open(dir .. "/default_w1.widget"))
+      assert.matches("finalized default/w1", output(op))
+
+      os.execute("kill -TERM " .. op.pid)
+      local _, _, code = op.p:close()
+      op.p = { close = function() end }
+      assert.equals(0, code)
+      assert.matches("stopped SIGTERM", output(op))
+    end)
+  end)
+
   describe("make demo", function()
     local function alive(pid)
       local f = io.open("/proc/" .. pid .. "/cmdline")

@@ -161,6 +161,18 @@ _M.workqueue = require "kinformer.workqueue"
 -- (docs/leaderelection.md).
 _M.leader_election = require("kinformer.leaderelection").new
 
+--- kinformer.manager{ client, leader_election = { lease_name, namespace, ... },
+--   metrics_address = "127.0.0.1:8080", grace_period = 30 } -> manager: controllers in a few
+-- lines (mgr:controller{ ... }, mgr:run(), mgr:step()); docs/controller.md.
+_M.manager = require("kinformer.manager").new
+
+--- kinformer.predicates: event filters for controllers (generation_changed, labels_changed,
+-- annotations_changed, any, all, negate, label_selector).
+_M.predicates = require "kinformer.predicates"
+
+--- kinformer.events.recorder{ client, component } -> an Event recorder (docs/controller.md).
+_M.events = require "kinformer.events"
+
 --- kinformer.catch_signals(on) -> whether they were caught before. While on, SIGINT and SIGTERM interrupt kinformer's waits
 -- (queue:get returns nil, "SIGTERM") instead of killing the process; kinformer.run does this
 -- for its own duration. A signal ignored at startup stays ignored.

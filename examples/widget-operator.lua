@@ -1,0 +1,135 @@
+-- widget-operator.lua: a CRD operator on kinformer.manager. For each Widget
+-- (widgets.v1.example.com: spec.message, spec.replicas) it keeps
+--   - a ConfigMap "<widget>-config" owned by the Widget (controller ownerReference: deleted with
+--     it by the garbage collector) whose data holds the message and replicas;
+--   - a file <dir>/<namespace>_<name>.widget outside the cluster with the message, removed by
+--     `finalize` when the Widget is deleted (the finalizer example.com/widget-file keeps the
+--     Widget until then);
+--   - status.observedGeneration and a Ready condition, written only when they change;
+--   - Events on the Widget ("ConfigMapCreated", "ConfigMapUpdated", "FileRemoved").
+-- Several replicas may run: the Lease "widget-operator" picks the one that reconciles.
+--
+--   lua5.4 examples/widget-operator.lua [--seconds N] [--dir DIR] [--identity ID]
+--       [--namespace NS]
+--
+-- Cluster: $KINFORMER_SERVER (a URL) when set, else kinformer.client()'s default. Output: one
+-- line per action on stdout ("reconciled ns/name", "configmap created ns/name-config", "status
+-- ns/name", "finalized ns/name", "stopped REASON"). Exit status 0 after --seconds or SIGTERM /
+-- SIGINT, 1 if it cannot start, 2 for bad arguments.
+local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/../lua/?.lua;" .. dir .. "/../lua/?/init.lua;" .. package.path
+package.cpath = dir .. "/../build/" .. (rawget(_G, "jit") and "luajit" or "lua5.4") .. "/?.so;"
+  .. package.cpath
+local kinformer = require "kinformer"
+
+local WIDGETS = "widgets.v1.example.com"
+local opts = { dir = "/tmp" }
+for i = 1, #arg, 2 do
+  local name, v = (arg[i]:match("^%-%-([%w-]+)$") or ""), arg[i + 1]
+  if name == "seconds" then opts.seconds = tonumber(v)
+  elseif name == "dir" or name == "identity" or name == "namespace" then opts[name] = v
+  else io.stderr:write("widget-operator: unknown argument ", arg[i], "\n") os.exit(2) end
+  if v == nil or (name == "seconds" and not opts.seconds) then
+    io.stderr:write("widget-operator: ", arg[i], " needs a value\n") os.exit(2)
+  end
+end
+io.stdout:setvbuf("line")
+local function say(...) print(table.concat({ ... }, " ")) end
+
+local server = os.getenv("KINFORMER_SERVER")
+local client, err = kinformer.client(server and server ~= "" and { server = server } or nil)
+if not client then io.stderr:write("widget-operator: ", tostring(err), "\n") os.exit(1) end
+
+local mgr = kinformer.manager{ client = client, leader_election = {
+  lease_name = "widget-operator", namespace = client.namespace, identity = opts.identity,
+  on_started_leading = function() say("leading") end } }
+
+local function file_of(w) return ("%s/%s_%s.widget"):format(opts.dir, w.metadata.namespace,
+  w.metadata.name) end
+
+-- The status this reconcile wants; written only when it differs from the Widget's.
+local function write_status(w, ready, reason, message)
+  local gen = w.metadata.generation
+  local st = w.status or {}
+  local cond = (st.conditions or {})[1]
+  if st.observedGeneration == gen and cond and cond.status == ready and cond.reason == reason
+      and cond.message == message then
+    return true
+  end
+  local copy = kinformer.to_table(w)
+  copy.status = { observedGeneration = gen, conditions = { {
+    type = "Ready", status = ready, reason = reason, message = message,
+    observedGeneration = gen, lastTransitionTime = os.date("!%Y-%m-%dT%H:%M:%SZ") } } }
+  local res, werr = client:update_status(WIDGETS, copy)
+  if not res and werr.code == 404 then -- a CRD without the status subresource: with the object
+    res, werr = client:update(WIDGETS, copy)
+  end
+  if res then say("status", kinformer.key_of(w), ready) end
+  return res, werr
+end
+
+local function reconcile(req, ctx)
+  local w = ctx:get()
+  if not w then return end -- deleted: the garbage collector removes its ConfigMap
+  local spec = w.spec or {}
+  local n = tonumber(spec.replicas) or 1 -- JSON numbers decode as floats: "2", not "2.0"
+  local message = tostring(spec.message or "")
+  local replicas = n == math.floor(n) and ("%d"):format(n) or tostring(n)
+  -- The file outside the cluster (rewritten only when its content differs).
+  local path = file_of(w)
+  local f = io.open(path)
+  local old = f and f:read("a")
+  if f then f:close() end
+  if old ~= message then
+    f = assert(io.open(path, "w"))
+    f:write(message)
+    f:close()
+  end
+  -- The owned ConfigMap, from the cache.
+  local name = w.metadata.name .. "-config"
+  local cms = client:informer{ resource = "configmaps", namespace = opts.namespace }:store()
+  local cm = cms:get_by_key(req.namespace .. "/" .. name)
+  local data = { message = message, replicas = replicas }
+  local res, werr
+  if not cm then
+    res, werr = client:create("configmaps", { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = name, namespace = req.namespace, ownerReferences = { {
+        apiVersion = "example.com/v1", kind = "Widget", name = w.metadata.name,
+        uid = w.metadata.uid, controller = true, blockOwnerDeletion = true } } },
+      data = data })
+    if not res then
+      write_status(w, "False", "ConfigMapFailed", tostring(werr))
+      return nil, werr
+    end
+    say("configmap created", req.namespace .. "/" .. name)
+    ctx:event(w, "Normal", "ConfigMapCreated", "created ConfigMap " .. name)
+  elseif cm.data == nil or cm.data.message ~= message or cm.data.replicas ~= replicas then
+    local copy = kinformer.to_table(cm)
+    copy.data = data
+    res, werr = client:update("configmaps", copy)
+    if not res then return nil, werr end -- a 409 is retried quietly with backoff
+    say("configmap updated", req.namespace .. "/" .. name)
+    ctx:event(w, "Normal", "ConfigMapUpdated", "updated ConfigMap " .. name)
+  end
+  local ok, serr = write_status(w, "True", "ConfigMapReady", "ConfigMap " .. name .. " is current")
+  if not ok then return nil, serr end
+  say("reconciled", req.key)
+end
+
+mgr:controller{
+  name = "widgets", resource = WIDGETS, namespace = opts.namespace,
+  owns = { "configmaps" },
+  -- spec changes (generation) on Widgets; any change of an owned ConfigMap repairs it
+  predicates = { kinformer.predicates.generation_changed },
+  finalizer = "example.com/widget-file",
+  finalize = function(w, ctx)
+    local ok, rerr = os.remove(file_of(w))
+    if not ok and not tostring(rerr):find("No such file", 1, true) then return nil, rerr end
+    ctx:event(w, "Normal", "FileRemoved", "removed " .. file_of(w))
+    say("finalized", kinformer.key_of(w))
+  end,
+  reconcile = reconcile,
+}
+local reason, rerr = mgr:run{ timeout = opts.seconds }
+if not reason then io.stderr:write("widget-operator: ", tostring(rerr), "\n") os.exit(1) end
+say("stopped", reason)

@@ -1,0 +1,466 @@
+--- kinformer.controller (internal): one controller of a kinformer.manager: its sources (the
+-- primary resource, `owns`, `watches`), its work queue and the processing of one key (the
+-- finalizer steps, the user's reconcile, the result). docs/controller.md.
+--
+-- Contract:
+-- - Sources are handlers on the client's shared informers. Each event passes the source's
+--   predicates (kinformer.predicates; the controller's own apply to every source, a source's
+--   add to them), then maps to keys of primaries ("ns/name", or "name" for cluster-scoped
+--   primaries) that are added to the controller's work queue. Deletes map too (a tombstone's
+--   last known object). Handlers only add keys: they never call user code but `map` and custom
+--   predicates, whose errors are logged and counted (the event is dropped).
+-- - Level-triggered: the work queue coalesces a key added while queued and never hands a key to
+--   two reconciles at once (kinformer.workqueue's dirty / processing rule).
+-- - process(key) runs on the manager's thread: finalizer steps, then reconcile(req, ctx).
+--   Results: nil / true -> forget; a number n > 0 -> forget, add_after(n); 0 -> add_rate_limited;
+--   raise or nil, err -> add_rate_limited, logged (409 Conflict at info level), counted.
+-- - Finalizers: the finalizer is added (update with the resourceVersion precondition) before a
+--   live primary's first reconcile; with deletionTimestamp set, finalize(obj, ctx) runs and only
+--   this finalizer is removed once it succeeded. The resourceVersions of the manager's own
+--   finalizer writes are remembered: a cached copy older than the write is not acted on (the
+--   key is retried with backoff until the cache caught up), so finalize runs once per deletion
+--   when nothing fails.
+local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
+local clock = require "kinformer.clock"
+local predicates = require "kinformer.predicates"
+local workqueue = require "kinformer.workqueue"
+
+local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable = type, tostring,
+  tonumber, pairs, ipairs, pcall, setmetatable
+local string_format = string.format
+local key_of, split_key, is_tombstone, to_table = core.key_of, core.split_key,
+  core.is_tombstone, core.to_table
+local raise, fail = argcheck.raise, argcheck.fail
+
+local _M = {}
+
+-- How the finalizer is written: "update" (PUT with the cached resourceVersion: 409 when stale)
+-- or "json_patch" (a `test` of /metadata/resourceVersion, then add / remove). Both cannot drop
+-- another party's finalizer.
+_M.FINALIZER_WRITE = "update"
+
+local WRITE_TIMEOUT = 10
+
+local Controller = {}
+Controller.__index = Controller
+_M.Controller = Controller
+
+local Ctx = {}
+Ctx.__index = Ctx
+
+--- ctx:get() -> the primary as cached (nil once it is gone); after the manager's own finalizer
+-- write, the object that write returned.
+function Ctx:get()
+  if self._obj then return self._obj end
+  return self._store:get_by_key(self.key)
+end
+
+--- ctx:event(obj, "Normal" | "Warning", reason, message) -> true | false, why: queues an Event
+-- (written by the manager's loop after the reconcile).
+function Ctx:event(obj, etype, reason, message)
+  return self._recorder:record(obj, etype, reason, message)
+end
+
+--- ctx:log(level, message): a log line naming the controller and the key.
+function Ctx:log(level, msg)
+  core.log(level, string_format("controller %s: %s: %s", self.controller, self.key, tostring(msg)))
+end
+
+local SPEC = { name = true, resource = true, namespace = true, label_selector = true,
+  owns = true, watches = true, predicates = true, finalizer = true, reconcile = true,
+  finalize = true, rate_limiter = true }
+local SOURCE = { resource = true, map = true, predicates = true, namespace = true,
+  label_selector = true }
+
+local function check_predicates(list, what)
+  if list == nil then return nil end
+  if type(list) ~= "table" then raise(1, "controller", what .. " must be a list of functions") end
+  local out = {}
+  for i, p in ipairs(list) do
+    if type(p) ~= "function" then
+      raise(1, "controller", string_format("%s[%d] must be a function", what, i))
+    end
+    out[i] = p
+  end
+  return out
+end
+
+local function informer_for(mgr, what, resource, namespace, label_selector)
+  if type(resource) ~= "string" or resource == "" then
+    raise(1, "controller", what .. ": resource name (string) expected")
+  end
+  local inf, err = mgr.client:informer{ resource = resource, namespace = namespace,
+                                        label_selector = label_selector }
+  if not inf then fail(string_format("controller %s: %s", what, tostring(err))) end
+  return inf
+end
+
+-- The controller ownerReference of obj, if it names a primary of this controller.
+local function controller_owner(self, obj)
+  local md = type(obj) == "table" and obj.metadata
+  local refs = md and md.ownerReferences
+  if not refs then return nil end
+  for _, ref in ipairs(refs) do
+    if ref.controller == true then
+      local api = type(ref.apiVersion) == "string" and ref.apiVersion or ""
+      local group = api:find("/", 1, true) and api:match("^([^/]*)/") or ""
+      if ref.kind == self.kind and group == self.group and type(ref.name) == "string" then
+        if self.namespaced then return (md.namespace or "") .. "/" .. ref.name end
+        return ref.name
+      end
+      return nil -- one controller reference at most
+    end
+  end
+end
+
+local function add_keys(self, keys)
+  local q = self.queue
+  for _, k in ipairs(keys) do q:add(k) end
+end
+
+-- Runs the predicates on ev -> pass
+local function passes(self, src, ev)
+  for _, list in ipairs{ self.predicates, src.predicates } do
+    for _, p in ipairs(list) do
+      local ok, res = pcall(p, ev)
+      if not ok then
+        self.source_errors = self.source_errors + 1
+        core.log("error", string_format("controller %s: predicate on %s raised: %s", self.name,
+          src.resource, tostring(res)))
+        return false
+      end
+      if not res then
+        self.filtered = self.filtered + 1
+        return false
+      end
+    end
+  end
+  return true
+end
+
+-- The keys src maps obj (a cached object, or nil for a tombstone without one) to.
+local function keys_of(self, src, obj, tomb_key)
+  if src.kind == "primary" then
+    if obj then return { (key_of(obj)) } end
+    return { tomb_key }
+  end
+  if not obj then return {} end
+  if src.kind == "owns" then
+    local k = controller_owner(self, obj)
+    return k and { k } or {}
+  end
+  local ok, res = pcall(src.map, obj)
+  if not ok then
+    self.source_errors = self.source_errors + 1
+    core.log("error", string_format("controller %s: map of %s raised: %s", self.name,
+      src.resource, tostring(res)))
+    return {}
+  end
+  if res == nil then return {} end
+  if type(res) == "string" then return { res } end
+  if type(res) ~= "table" then
+    self.source_errors = self.source_errors + 1
+    core.log("error", string_format("controller %s: map of %s returned a %s (a list of keys " ..
+      "expected)", self.name, src.resource, type(res)))
+    return {}
+  end
+  local keys = {}
+  for _, k in ipairs(res) do
+    if type(k) == "table" then
+      k = (k.namespace and k.namespace ~= "") and (k.namespace .. "/" .. tostring(k.name))
+        or tostring(k.name)
+    end
+    if type(k) == "string" and k ~= "" then keys[#keys + 1] = k end
+  end
+  return keys
+end
+
+local function handle(self, src, etype, obj, old)
+  local tomb_key
+  if is_tombstone(obj) then
+    tomb_key = obj.key
+    obj = obj.obj
+  end
+  local ev = { type = etype, object = obj, old = old }
+  -- The start of a deletion always reaches a controller with a finalizer (kube-apiserver moves
+  -- the generation then, but a predicate must not be able to hide it).
+  local deleting = self.finalizer and src.kind == "primary" and etype == "update"
+    and obj and obj.metadata.deletionTimestamp and not (old and old.metadata.deletionTimestamp)
+  if obj and not deleting and not passes(self, src, ev) then return end
+  add_keys(self, keys_of(self, src, obj, tomb_key))
+  if etype == "update" and src.kind ~= "primary" and old then
+    add_keys(self, keys_of(self, src, old)) -- an owner or a mapping that changed: both
+  end
+end
+
+local function add_source(self, src)
+  src.registration = src.informer:add_handler{
+    on_add = function(obj) handle(self, src, "add", obj) end,
+    on_update = function(old, new) handle(self, src, "update", new, old) end,
+    on_delete = function(obj) handle(self, src, "delete", obj) end,
+  }
+  self.sources[#self.sources + 1] = src
+end
+
+--- controller.new(mgr, spec) -> controller (mgr:controller's work; spec: docs/controller.md)
+function _M.new(mgr, spec)
+  local F = "controller"
+  if type(spec) ~= "table" then raise(1, F, "table expected, got " .. type(spec)) end
+  argcheck.options(spec, SPEC, F)
+  local name = spec.name
+  if type(name) ~= "string" or name == "" then raise(1, F, "option 'name' (string) required") end
+  if mgr.controllers[name] then raise(1, F, "a controller named '" .. name .. "' exists") end
+  if type(spec.reconcile) ~= "function" then
+    raise(1, F, "option 'reconcile' (function) required")
+  end
+  local namespace = argcheck.string(spec, "namespace", F)
+  local selector = argcheck.string(spec, "label_selector", F)
+  local finalizer = argcheck.string(spec, "finalizer", F)
+  argcheck.func(spec, "finalize", F)
+  if finalizer and not spec.finalize then raise(1, F, "option 'finalize' required with 'finalizer'") end
+  if spec.finalize and not finalizer then raise(1, F, "option 'finalizer' required with 'finalize'") end
+  if finalizer and not finalizer:find("/", 1, true) then
+    raise(1, F, "option 'finalizer' must be a qualified name (\"example.com/cleanup\")")
+  end
+  local owns, watches = spec.owns or {}, spec.watches or {}
+  if type(owns) ~= "table" then raise(1, F, "option 'owns' must be a list") end
+  if type(watches) ~= "table" then raise(1, F, "option 'watches' must be a list") end
+  local preds = check_predicates(spec.predicates, "predicates")
+
+  local primary = informer_for(mgr, name, spec.resource, namespace, selector)
+  local res = mgr.client:resolve(spec.resource)
+  local self = setmetatable({
+    name = name, manager = mgr, client = mgr.client, resource = spec.resource,
+    group = res.group or "", version = res.version, kind = res.kind,
+    namespaced = res.namespaced, namespace = namespace, finalizer = finalizer,
+    reconcile = spec.reconcile, finalize = spec.finalize,
+    predicates = preds or {}, primary = primary, sources = {},
+    _written = {}, -- key -> { before = rv, after = rv } of our own finalizer writes
+    reconciles = 0, errors = 0, conflicts = 0, requeues = 0, stale = 0, filtered = 0,
+    source_errors = 0, finalizes = 0, last_error = nil,
+  }, Controller)
+  self.queue = workqueue.new{ name = name, rate_limiter = spec.rate_limiter,
+    clock = function() return clock.now() end,
+    wait = function() end } -- never waits: the manager only asks with a timeout of 0
+  add_source(self, { kind = "primary", resource = spec.resource, informer = primary,
+                     predicates = preds and {} or predicates.DEFAULT })
+  for i, o in ipairs(owns) do
+    local r, p = o, nil
+    if type(o) == "table" then
+      argcheck.options(o, SOURCE, F)
+      if o.map then raise(1, F, "owns[" .. i .. "]: 'map' is for watches") end
+      r, p = o.resource, check_predicates(o.predicates, "owns[" .. i .. "].predicates")
+    end
+    local inf = informer_for(mgr, "owns[" .. i .. "]", r, namespace)
+    add_source(self, { kind = "owns", resource = r, informer = inf,
+                       predicates = p or (preds and {} or predicates.DEFAULT) })
+  end
+  for i, w in ipairs(watches) do
+    local what = "watches[" .. i .. "]"
+    if type(w) ~= "table" then raise(1, F, what .. " must be a table") end
+    argcheck.options(w, SOURCE, F)
+    if type(w.map) ~= "function" then raise(1, F, what .. ".map (function) required") end
+    local p = check_predicates(w.predicates, what .. ".predicates")
+    local inf = informer_for(mgr, what, w.resource, w.namespace or namespace, w.label_selector)
+    add_source(self, { kind = "watches", resource = w.resource, informer = inf, map = w.map,
+                       predicates = p or (preds and {} or predicates.DEFAULT) })
+  end
+  return self
+end
+
+--- controller:informers() -> the informers of its sources (the primary first)
+function Controller:informers()
+  local out = {}
+  for i, s in ipairs(self.sources) do out[i] = s.informer end
+  return out
+end
+
+--- controller:synced() -> every source's informer synced and replayed to its handler
+function Controller:synced()
+  if self._synced then return true end
+  for _, s in ipairs(self.sources) do
+    if not s.registration:has_synced() then return false end
+  end
+  self._synced = true
+  return true
+end
+
+--- controller:enqueue_all(): every key its sources map their cached objects to (a new leader
+-- looks at everything once).
+function Controller:enqueue_all()
+  for _, s in ipairs(self.sources) do
+    for _, obj in ipairs(s.informer:store():list()) do add_keys(self, keys_of(self, s, obj)) end
+  end
+end
+
+-- ---- processing ----
+
+local function rv_of(obj) return obj and obj.metadata and obj.metadata.resourceVersion end
+
+-- Whether cached obj is older than our last finalizer write of key (then it is not acted on).
+local function stale(self, key, obj)
+  local w = self._written[key]
+  if not w then return false end
+  local rv = rv_of(obj)
+  if rv == w.before then return true end
+  local a, b = tonumber(rv), tonumber(w.after)
+  if a and b and a < b then return true end
+  self._written[key] = nil -- the cache caught up (or moved past the write)
+  return false
+end
+
+local function find(list, s)
+  if not list then return nil end
+  for i, v in ipairs(list) do if v == s then return i end end
+end
+
+-- Adds (add = true) or removes this controller's finalizer -> written object | nil, err
+local function write_finalizer(self, obj, add, idx)
+  local c, md = self.client, obj.metadata
+  local key = key_of(obj)
+  local opts = { timeout = WRITE_TIMEOUT }
+  if _M.FINALIZER_WRITE == "json_patch" then
+    local ops = { { op = "test", path = "/metadata/resourceVersion", value = md.resourceVersion } }
+    if add then
+      if md.finalizers and #md.finalizers > 0 then
+        ops[2] = { op = "add", path = "/metadata/finalizers/-", value = self.finalizer }
+      else
+        ops[2] = { op = "add", path = "/metadata/finalizers", value = { self.finalizer } }
+      end
+    else
+      ops[2] = { op = "test", path = "/metadata/finalizers/" .. (idx - 1),
+                 value = self.finalizer }
+      ops[3] = { op = "remove", path = "/metadata/finalizers/" .. (idx - 1) }
+    end
+    opts.type = "json"
+    return c:patch(self.resource, key, ops, opts)
+  end
+  local copy = to_table(obj)
+  local list = copy.metadata.finalizers or {}
+  if add then
+    list[#list + 1] = self.finalizer
+  else
+    table.remove(list, idx)
+  end
+  copy.metadata.finalizers = list
+  return c:update(self.resource, copy, opts)
+end
+
+local function is_conflict(err)
+  if type(err) == "table" then return err.code == 409 end
+  return type(err) == "string" and err:find("409 Conflict", 1, true) ~= nil
+end
+
+-- The finalizer steps for a cached primary -> "reconcile" (go on, ctx may carry the written
+-- object), "done", "stale", or nil, err
+local function finalizer_step(self, key, obj, ctx)
+  if stale(self, key, obj) then return "stale" end
+  local md = obj.metadata
+  local idx = find(md.finalizers, self.finalizer)
+  if md.deletionTimestamp then
+    if not idx then return "done" end -- nothing of ours left: the deletion is someone else's
+    self.finalizes = self.finalizes + 1
+    local ok, r1, r2 = pcall(self.finalize, obj, ctx)
+    if not ok then return nil, r1 end
+    if r1 == nil and r2 ~= nil then return nil, r2 end
+    local res, err = write_finalizer(self, obj, false, idx)
+    if not res then
+      if type(err) == "table" and err.code == 404 then return "done" end
+      return nil, err
+    end
+    self._written[key] = { before = md.resourceVersion, after = rv_of(res) }
+    return "done"
+  end
+  if idx then return "reconcile" end
+  local res, err = write_finalizer(self, obj, true)
+  if not res then return nil, err end
+  self._written[key] = { before = md.resourceVersion, after = rv_of(res) }
+  ctx._obj = res
+  return "reconcile"
+end
+
+--- controller:process(key, recorder) -> result: "success", "requeue", "requeue_after",
+-- "error" (the queue already updated and done(key) called).
+function Controller:process(key, recorder)
+  local q = self.queue
+  local store = self.primary:store()
+  local obj = store:get_by_key(key)
+  local ns, name = split_key(key)
+  local ctx = setmetatable({ client = self.client, key = key, controller = self.name,
+                             manager = self.manager, _store = store, _recorder = recorder }, Ctx)
+  local step, err = "reconcile", nil
+  if obj == nil then
+    self._written[key] = nil
+  elseif self.finalizer then
+    step, err = finalizer_step(self, key, obj, ctx)
+  end
+  local result
+  if step == "reconcile" then
+    self.reconciles = self.reconciles + 1
+    local ok, r1, r2 = pcall(self.reconcile, { key = key, namespace = ns ~= "" and ns or nil,
+                                               name = name }, ctx)
+    if not ok then
+      err = r1 == nil and "reconcile raised nil" or r1
+    elseif r1 == nil and r2 ~= nil then
+      err = r2
+    elseif type(r1) == "number" and r1 == r1 and r1 >= 0 then
+      q:forget(key)
+      if r1 > 0 then
+        q:add_after(key, r1)
+        result = "requeue_after"
+      else
+        q:add_rate_limited(key)
+        result = "requeue"
+      end
+    elseif r1 == nil or r1 == true then
+      result = "success"
+    else
+      err = "reconcile returned a " .. type(r1) .. " (nothing, a number of seconds, or nil, err " ..
+        "expected)"
+    end
+  elseif step == "stale" then
+    self.stale = self.stale + 1
+    q:add_rate_limited(key) -- quietly: the watch brings our write soon
+    result = "requeue"
+  elseif step == "done" then
+    result = "success"
+  end
+  if err ~= nil then
+    q:add_rate_limited(key)
+    result = "error"
+    if is_conflict(err) then
+      self.conflicts = self.conflicts + 1
+      core.log("info", string_format("controller %s: %s: conflict, retrying: %s", self.name, key,
+        tostring(err)))
+    else
+      self.errors = self.errors + 1
+      self.last_error = string_format("%s: %s", key, tostring(err))
+      core.log("error", string_format("controller %s: reconcile %s failed (retry %d): %s",
+        self.name, key, q:num_requeues(key), tostring(err)))
+    end
+  elseif result == "success" then
+    q:forget(key)
+  end
+  if result == "requeue" or result == "requeue_after" then self.requeues = self.requeues + 1 end
+  q:done(key)
+  return result
+end
+
+--- controller:status() -> table (docs/controller.md)
+function Controller:status()
+  local qs = self.queue:status()
+  return { name = self.name, resource = self.resource, reconciles = self.reconciles,
+           errors = self.errors, conflicts = self.conflicts, requeues = self.requeues,
+           stale_skips = self.stale, filtered = self.filtered,
+           source_errors = self.source_errors, finalizes = self.finalizes,
+           last_error = self.last_error, synced = self:synced(), queue = qs }
+end
+
+-- Stops its handlers and its queue (the informers are the client's: shared).
+function Controller:_shut_down()
+  self.queue:shut_down()
+  for _, s in ipairs(self.sources) do s.informer:remove_handler(s.registration) end
+end
+
+return _M
