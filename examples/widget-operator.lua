@@ -47,25 +47,20 @@ local mgr = kinformer.manager{ client = client, leader_election = {
 local function file_of(w) return ("%s/%s_%s.widget"):format(opts.dir, w.metadata.namespace,
   w.metadata.name) end
 
--- The status this reconcile wants; written only when it differs from the Widget's.
+-- The status this reconcile wants; written only when it differs from the Widget's (a status
+-- rewritten with the same content would wake every other watcher of Widgets).
 local function write_status(w, ready, reason, message)
   local gen = w.metadata.generation
-  local st = w.status or {}
-  local cond = (st.conditions or {})[1]
-  if st.observedGeneration == gen and cond and cond.status == ready and cond.reason == reason
-      and cond.message == message then
-    return true
-  end
-  local copy = kinformer.to_table(w)
-  copy.status = { observedGeneration = gen, conditions = { {
-    type = "Ready", status = ready, reason = reason, message = message,
-    observedGeneration = gen, lastTransitionTime = os.date("!%Y-%m-%dT%H:%M:%SZ") } } }
-  local res, werr = client:update_status(WIDGETS, copy)
-  if not res and werr.code == 404 then -- a CRD without the status subresource: with the object
-    res, werr = client:update(WIDGETS, copy)
-  end
-  if res then say("status", kinformer.key_of(w), ready) end
-  return res, werr
+  local old = ((w.status or {}).conditions or {})[1]
+  local since = old and old.status == ready and old.lastTransitionTime
+    or os.date("!%Y-%m-%dT%H:%M:%SZ")
+  local res, written = client:update_status_if_changed(WIDGETS, w, {
+    observedGeneration = gen,
+    conditions = { { type = "Ready", status = ready, reason = reason, message = message,
+                     observedGeneration = gen, lastTransitionTime = since } },
+  })
+  if written then say("status", kinformer.key_of(w), ready) end
+  return res, written
 end
 
 local function reconcile(req, ctx)

@@ -347,8 +347,7 @@ describe("examples", function()
 
     it("owns a ConfigMap per Widget, writes status and events, cleans up in finalize",
       function()
-      local srv = fake.start{ args = { "--resource", "example.com/v1/widgets/Widget" },
-                              quiet = true }
+      local srv = fake.start{ args = { "--widget-crd" }, quiet = true } -- status + scale
       local dir = os.tmpname()
       os.remove(dir)
       os.execute("mkdir -p " .. quote(dir))
@@ -404,14 +403,11 @@ describe("examples", function()
         return c and c.data.message == "changed"
       end), output(op))
 
-      -- Deleted (graceful deletion: deletionTimestamp while the finalizer remains): the file
-      -- goes, then the finalizer.
-      w = get(srv, W .. "w1")
-      w.metadata.deletionTimestamp = "2026-01-01T00:00:00Z"
-      srv:objects({ w }, "widgets")
+      -- Deleted: the server only sets deletionTimestamp while the finalizer remains; the file
+      -- goes, then the finalizer, then the Widget and (garbage collection) its ConfigMap.
+      assert.equals(200, (srv:request("DELETE", W .. "w1")))
       assert.truthy(wait_until(10, function()
-        local cur = get(srv, W .. "w1")
-        return not cur or not cur.metadata.finalizers or #cur.metadata.finalizers == 0
+        return not get(srv, W .. "w1") and not get(srv, cm_path)
       end), output(op))
       assert.is_nil(io.open(dir .. "/default_w1.widget"))
       assert.matches("finalized default/w1", output(op))

@@ -35,11 +35,6 @@ local raise, fail = argcheck.raise, argcheck.fail
 
 local _M = {}
 
--- How the finalizer is written: "update" (PUT with the cached resourceVersion: 409 when stale)
--- or "json_patch" (a `test` of /metadata/resourceVersion, then add / remove). Both cannot drop
--- another party's finalizer.
-_M.FINALIZER_WRITE = "update"
-
 local WRITE_TIMEOUT = 10
 
 local Controller = {}
@@ -315,27 +310,12 @@ local function find(list, s)
   for i, v in ipairs(list) do if v == s then return i end end
 end
 
--- Adds (add = true) or removes this controller's finalizer -> written object | nil, err
+-- Adds (add = true) or removes this controller's finalizer -> written object | nil, err. An
+-- update carrying the cached resourceVersion: a stale copy gets 409 Conflict (retried after the
+-- cache catches up), so another party's finalizer can never be dropped.
 local function write_finalizer(self, obj, add, idx)
-  local c, md = self.client, obj.metadata
-  local key = key_of(obj)
+  local c = self.client
   local opts = { timeout = WRITE_TIMEOUT }
-  if _M.FINALIZER_WRITE == "json_patch" then
-    local ops = { { op = "test", path = "/metadata/resourceVersion", value = md.resourceVersion } }
-    if add then
-      if md.finalizers and #md.finalizers > 0 then
-        ops[2] = { op = "add", path = "/metadata/finalizers/-", value = self.finalizer }
-      else
-        ops[2] = { op = "add", path = "/metadata/finalizers", value = { self.finalizer } }
-      end
-    else
-      ops[2] = { op = "test", path = "/metadata/finalizers/" .. (idx - 1),
-                 value = self.finalizer }
-      ops[3] = { op = "remove", path = "/metadata/finalizers/" .. (idx - 1) }
-    end
-    opts.type = "json"
-    return c:patch(self.resource, key, ops, opts)
-  end
   local copy = to_table(obj)
   local list = copy.metadata.finalizers or {}
   if add then

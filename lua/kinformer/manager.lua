@@ -34,10 +34,7 @@ local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs
 local math_min, math_huge, string_format = math.min, math.huge, string.format
 local raise = argcheck.raise
 
--- The metrics module comes from its own branch / package: without it the manager runs without
--- a registry, and metrics_address is refused.
-local has_metrics, metrics = pcall(require, "kinformer.metrics")
-if not has_metrics then metrics = nil end
+local metrics = require "kinformer.metrics" -- its HTTP server (lua-socket) loads on first use
 
 local BATCH = 500       -- informer:dispatch batch per step
 local RECONCILES = 50   -- most reconciles per step
@@ -74,8 +71,8 @@ local function setup_metrics(self, address)
   self._m_time = reg:histogram("controller_runtime_reconcile_time_seconds",
     "Length of time per reconciliation per controller", { "controller" },
     { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60 })
-  if metrics.collect_client then metrics.collect_client(reg, self.client) end
-  if self._elector and metrics.collect_leader then metrics.collect_leader(reg, self._elector) end
+  metrics.collect_client(reg, self.client)
+  if self._elector then metrics.collect_leader(reg, self._elector) end
   if address then
     local srv, err = metrics.server{ address = address, registry = reg,
       healthz = function() return not self._stopped end,
@@ -99,9 +96,6 @@ function _M.new(opts)
   end
   local grace = argcheck.number(opts, "grace_period", F, 30, 0)
   local address = argcheck.string(opts, "metrics_address", F)
-  if address and not metrics then
-    raise(1, F, "option 'metrics_address' needs the kinformer.metrics module")
-  end
   local self = setmetatable({
     client = client, grace_period = grace, controllers = {}, _order = {},
     _informers = {}, _seen = {}, -- the informers of every controller, each once
@@ -132,10 +126,8 @@ function _M.new(opts)
     end
     self._elector = leaderelection.new(lo)
   end
-  if metrics then
-    local ok, err = setup_metrics(self, address)
-    if not ok then argcheck.fail("manager: metrics server: " .. tostring(err)) end
-  end
+  local ok, err = setup_metrics(self, address)
+  if not ok then argcheck.fail("manager: metrics server: " .. tostring(err)) end
   return self
 end
 
@@ -154,14 +146,10 @@ function Manager:controller(spec)
         local ok, err = inf:start()
         if not ok then argcheck.fail("controller " .. c.name .. ": " .. tostring(err)) end
       end
-      if self._registry and metrics.collect_informer then
-        metrics.collect_informer(self._registry, inf)
-      end
+      metrics.collect_informer(self._registry, inf)
     end
   end
-  if self._registry and metrics.collect_workqueue then
-    metrics.collect_workqueue(self._registry, c.name, c.queue)
-  end
+  metrics.collect_workqueue(self._registry, c.name, c.queue)
   self._synced = false
   return c
 end
@@ -222,7 +210,6 @@ function Manager:is_leader()
 end
 
 local function observe(self, c, result, seconds)
-  if not self._registry then return end
   self._m_total:inc({ controller = c.name, result = result }, 1)
   if result == "error" then self._m_errors:inc({ controller = c.name }, 1) end
   self._m_time:observe({ controller = c.name }, seconds)
@@ -314,7 +301,9 @@ function Manager:fds()
   for _, inf in ipairs(self._informers) do
     if not inf:is_stopped() then out[#out + 1] = inf:fd() end
   end
-  if self._metrics_server then out[#out + 1] = self._metrics_server:fd() end
+  if self._metrics_server then -- the listener and each open connection (a slow client's rest)
+    for _, fd in ipairs(self._metrics_server:fds()) do out[#out + 1] = fd end
+  end
   return out
 end
 
