@@ -261,12 +261,20 @@ describe("kinformer.manager", function()
     local ns = new_ns()
     local obj = assert(client:create("configmaps", cm(ns, "noisy")))
     local writes_in_reconcile, n = 0, 0
+    -- Event requests the server has seen (the informers' own requests go on meanwhile).
+    local function event_requests()
+      local k = 0
+      for _, r in ipairs(srv:requests()) do
+        if r.path:find("/events", 1, true) then k = k + 1 end
+      end
+      return k
+    end
     local mgr, calls = manager_for(ns, { reconcile = function(req, ctx)
       n = n + 1
-      local before = #srv:requests()
+      local before = event_requests()
       ctx:event(ctx:get(), "Normal", "Synced", "all good")
       if n == 1 then ctx:event(ctx:get(), "Warning", "Odd", "something odd") end
-      writes_in_reconcile = writes_in_reconcile + (#srv:requests() - before)
+      writes_in_reconcile = writes_in_reconcile + (event_requests() - before)
       if n < 3 then return 0.01 end
     end })
     defer(function() mgr:stop() end)
