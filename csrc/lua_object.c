@@ -10,8 +10,8 @@
  *   while its decoded entry exists.
  * - Tables kinformer made are read-only (writing a new member raises) and are never re-encoded:
  *   handing one back reuses its record. Tables a user built are encoded on every write.
- * - On Lua 5.2+ object tables decode lazily, member by member (see "Lazily decoded objects"
- *   below); on LuaJIT, whose pairs() ignores __pairs, they are decoded whole (compat.h).
+ * - Object tables decode lazily, member by member, on every runtime (see "Lazily decoded
+ *   objects" below): the same tables, metatables and behaviour on Lua 5.4 and LuaJIT.
  * Ownership: a box owns one record reference and its member index; both go in box_gc.
  * Threads: the thread that owns the Lua state only.
  */
@@ -29,7 +29,7 @@ static const char TOMBSTONE_KEY = 0; /* the tombstone metatable */
 static const char ENCODE_KEY = 0;    /* cjson encode */
 static const char DECODE_KEY = 0;    /* cjson decode */
 static const char LAZY_KEY = 0;      /* the metatable of lazily decoded objects */
-static const char READONLY_KEY = 0;  /* the metatable of objects decoded whole (LuaJIT) */
+static const char NEXT_KEY = 0;      /* the base library's next, for pairs */
 static const char SUBS_KEY = 0;      /* lazy obj.metadata table -> its box (weak keys) */
 static const char LAZY_META_KEY = 0; /* the metatable of lazily decoded metadata tables */
 
@@ -47,13 +47,14 @@ typedef struct member_span {
 typedef struct box {
     kinf_object *obj; /* one reference */
     int from_user;    /* built from a user table: re-encode on every write */
-    /* Lazy tables (Lua 5.2+): the JSON object the table decodes members from (the record's
-     * JSON, or its metadata member's span), and that object's members, indexed at the first
-     * read so that later reads do not scan the object again. */
+    /* Lazy tables: the JSON object the table decodes members from (the record's JSON, or its
+     * metadata member's span), and that object's members, indexed at the first read so that
+     * later reads do not scan the object again. */
     const char *json;
     size_t json_len;
     int nmembers;          /* >= 0 once indexed, or MEMBERS_UNINDEXED / _UNINDEXABLE */
-    member_span *members;  /* malloc'd; freed with the box */
+    int complete;          /* every member is in the table (materialized): nothing to decode */
+    member_span *members;  /* malloc'd; freed with the box, or once complete */
 } box;
 
 /* ---- record boxes ---- */
@@ -77,6 +78,7 @@ static box *push_box(lua_State *L, int from_user)
     b->json = NULL;
     b->json_len = 0;
     b->nmembers = MEMBERS_UNINDEXED;
+    b->complete = 0;
     b->members = NULL;
     luaL_setmetatable(L, BOX_MT);
     return b;
@@ -139,14 +141,16 @@ static kinf_object *record_of(lua_State *L, int idx)
 }
 
 /*
- * Lazily decoded objects (Lua 5.2+, where pairs honours __pairs; LuaJIT decodes eagerly): the
- * table starts empty; reading a member decodes just that member's bytes and stores it in the
- * table, so the next read is a plain table read. `metadata` is lazy the same way (its own table
- * over its own span, SUBS), and its name and namespace come from the record, parsed when the
- * record was made: a handler reading obj.metadata.name decodes nothing, and managedFields are
- * decoded only by whoever reads them. A string member without escapes is pushed as its bytes;
- * other values go through lua-cjson. pairs() decodes every member first. Writes of new members
- * raise: objects are read-only.
+ * Lazily decoded objects, the same on every runtime: the table starts empty; reading a member
+ * decodes just that member's bytes and stores it in the table, so the next read is a plain table
+ * read (on LuaJIT, a compiled one). `metadata` is lazy the same way (its own table over its own
+ * span, SUBS), and its name and namespace come from the record, parsed when the record was made:
+ * a handler reading obj.metadata.name decodes nothing, and managedFields are decoded only by
+ * whoever reads them. A string member without escapes is pushed as its bytes; other values go
+ * through kl_decode. core.pairs (kinformer.pairs) decodes every member first, and so does pairs()
+ * through __pairs where the runtime honours it (Lua 5.2+, LuaJIT built with
+ * LUAJIT_ENABLE_LUA52COMPAT): after that the table is complete and plain next/rawget see
+ * everything. Writes of new members raise: objects are read-only.
  */
 
 /* The box of lazy table idx: `which` is RECORDS_KEY (a decoded object) or SUBS_KEY (an object's
@@ -240,24 +244,6 @@ static void push_member(lua_State *L, const box *b, const char *k, kinf_str v)
     decode_or_raise(L, v.ptr, v.len, k, b->obj->key);
 }
 
-/* Decodes b's whole JSON into table t: every member not read yet. */
-static void materialize(lua_State *L, int t, const box *b)
-{
-    t = kl_absindex(L, t);
-    decode_span(L, b, "the object");
-    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
-        lua_pushvalue(L, -2);
-        lua_rawget(L, t);
-        if (lua_isnil(L, -1)) {
-            lua_pushvalue(L, -3);
-            lua_pushvalue(L, -3);
-            lua_rawset(L, t);
-        }
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-}
-
 /* Pushes a lazy table for the metadata of obj, whose JSON is span v (an object). */
 static void push_lazy_metadata(lua_State *L, kinf_object *obj, kinf_str v)
 {
@@ -297,6 +283,67 @@ static int meta_from_record(const kinf_object *obj, const char *k, size_t klen, 
     return 0;
 }
 
+/* Pushes the value of member k (span v) of lazy table b: obj.metadata as a lazy table of its own,
+ * anything else decoded. */
+static void push_lazy_member(lua_State *L, const box *b, const void *which, const char *k,
+                             size_t klen, kinf_str v)
+{
+    if (which == &RECORDS_KEY && klen == 8 && memcmp(k, "metadata", 8) == 0 && v.len > 0 &&
+        v.ptr[0] == '{')
+        push_lazy_metadata(L, b->obj, v);
+    else
+        push_member(L, b, k, v);
+}
+
+/* Puts every member not read yet into lazy table t (at idx), each as a read would have made it
+ * (members read before keep their values). Then b is complete: its member index is no longer
+ * needed. */
+static void materialize(lua_State *L, int t, box *b, const void *which)
+{
+    t = kl_absindex(L, t);
+    if (b->complete)
+        return;
+    luaL_checkstack(L, 8, "kinformer: decoding an object");
+    if (b->nmembers == MEMBERS_UNINDEXED)
+        index_members(b);
+    if (b->nmembers == MEMBERS_UNINDEXABLE) {
+        /* Escaped keys (or no memory for the index): only decoding the whole object can tell
+         * which member is which. */
+        decode_span(L, b, "the object");
+        for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+            lua_pushvalue(L, -2);
+            lua_rawget(L, t);
+            if (lua_isnil(L, -1)) {
+                lua_pushvalue(L, -3);
+                lua_pushvalue(L, -3);
+                lua_rawset(L, t);
+            }
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    } else {
+        for (int i = 0; i < b->nmembers; i++) {
+            const char *k = b->json + b->members[i].key;
+            size_t klen = b->members[i].key_len;
+            kinf_str v;
+            lua_pushlstring(L, k, klen);
+            lua_pushvalue(L, -1);
+            lua_rawget(L, t);
+            if (lua_isnil(L, -1) && find_member(b, k, klen, &v) == 1) { /* the last duplicate */
+                lua_pop(L, 1);
+                push_lazy_member(L, b, which, k, klen, v);
+                lua_rawset(L, t);
+            } else {
+                lua_pop(L, 2);
+            }
+        }
+    }
+    b->complete = 1;
+    free(b->members);
+    b->members = NULL;
+    b->nmembers = MEMBERS_UNINDEXABLE;
+}
+
 /* __index of lazy objects (which = RECORDS_KEY) and their metadata (SUBS_KEY). */
 static int index_lazy(lua_State *L, const void *which)
 {
@@ -309,7 +356,7 @@ static int index_lazy(lua_State *L, const void *which)
     if (lua_type(L, 2) != LUA_TSTRING)
         return 0;
     b = lazy_box(L, 1, which);
-    if (b == NULL)
+    if (b == NULL || b->complete)
         return 0;
     k = lua_tolstring(L, 2, &klen);
     if (which == &SUBS_KEY && meta_from_record(b->obj, k, klen, &v)) {
@@ -318,17 +365,13 @@ static int index_lazy(lua_State *L, const void *which)
         rc = find_member(b, k, klen, &v);
         if (rc == 0)
             return 0;
-        if (rc < 0) {
-            materialize(L, 1, b);
+        if (rc < 0) { /* only decoding the whole object can tell */
+            materialize(L, 1, b, which);
             lua_settop(L, 2);
             lua_rawget(L, 1);
             return 1;
         }
-        if (which == &RECORDS_KEY && klen == 8 && memcmp(k, "metadata", 8) == 0 && v.len > 0 &&
-            v.ptr[0] == '{')
-            push_lazy_metadata(L, b->obj, v);
-        else
-            push_member(L, b, k, v);
+        push_lazy_member(L, b, which, k, klen, v);
     }
     lua_pushvalue(L, 2);
     lua_pushvalue(L, -2);
@@ -346,15 +389,22 @@ static int lazy_meta_index(lua_State *L)
     return index_lazy(L, &SUBS_KEY);
 }
 
+/* Pushes next, t (at idx), nil: the results of pairs(t). */
+static int push_next(lua_State *L, int idx)
+{
+    idx = kl_absindex(L, idx);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &NEXT_KEY);
+    lua_pushvalue(L, idx);
+    lua_pushnil(L);
+    return 3;
+}
+
 static int pairs_lazy(lua_State *L, const void *which)
 {
     box *b = lazy_box(L, 1, which);
     if (b != NULL)
-        materialize(L, 1, b);
-    lua_getglobal(L, "next");
-    lua_pushvalue(L, 1);
-    lua_pushnil(L);
-    return 3;
+        materialize(L, 1, b, which);
+    return push_next(L, 1);
 }
 
 static int lazy_pairs(lua_State *L)
@@ -400,19 +450,15 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         lua_setfield(L, -2, "obj");
         kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
         lua_setmetatable(L, -2);
-    } else if (KL_LAZY_DECODE) {
+    } else {
         /* Members are decoded on first access (lazy_index). */
         lua_createtable(L, 0, 5);
         kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
         lua_setmetatable(L, -2);
-    } else {
-        decode_record(L, obj); /* whole, but read-only all the same */
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
-        lua_setmetatable(L, -2);
     }
     b = push_box(L, 0);
     b->obj = kinf_object_ref(obj);
-    if (KL_LAZY_DECODE && !kinf_object_is_tombstone(obj)) {
+    if (!kinf_object_is_tombstone(obj)) {
         b->json = obj->json;
         b->json_len = obj->json_len;
     }
@@ -716,6 +762,26 @@ static int l_to_table(lua_State *L)
     return 1;
 }
 
+/* pairs(t): Lua 5.2+'s pairs on every runtime (a __pairs metamethod is called), and for an
+ * object table or its metadata, every member decoded first (then the table is complete). */
+static int l_pairs(lua_State *L)
+{
+    const void *which = &RECORDS_KEY;
+    box *b;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    b = lazy_box(L, 1, which);
+    if (b == NULL)
+        b = lazy_box(L, 1, which = &SUBS_KEY);
+    if (b != NULL) {
+        materialize(L, 1, b, which);
+    } else if (luaL_getmetafield(L, 1, "__pairs")) {
+        lua_pushvalue(L, 1);
+        lua_call(L, 1, 3);
+        return 3;
+    }
+    return push_next(L, 1);
+}
+
 /* decode(json): the value (as lua-cjson decodes it), or nil, err for input that is not JSON. */
 static int l_decode(lua_State *L)
 {
@@ -762,6 +828,7 @@ static const luaL_Reg FUNCS[] = {
     {"is_tombstone", l_is_tombstone},
     {"encode", l_encode},
     {"to_table", l_to_table},
+    {"pairs", l_pairs},
     {"decode", l_decode},
     {NULL, NULL},
 };
@@ -792,12 +859,10 @@ void kl_open_object(lua_State *L)
     new_lazy_metatable(L, &LAZY_KEY, lazy_index, lazy_pairs, "kinformer.object");
     new_lazy_metatable(L, &LAZY_META_KEY, lazy_meta_index, lazy_meta_pairs, "kinformer.metadata");
 
-    lua_createtable(L, 0, 2);
-    lua_pushcfunction(L, lazy_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushstring(L, "kinformer.object");
-    lua_setfield(L, -2, "__name");
-    kl_rawsetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
+    lua_getglobal(L, "next");
+    if (!lua_isfunction(L, -1))
+        luaL_error(L, "kinformer: the base library's next is missing");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &NEXT_KEY);
 
     lua_createtable(L, 0, 1);
     lua_pushstring(L, "kinformer.tombstone");
