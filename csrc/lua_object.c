@@ -204,6 +204,13 @@ static void index_members(box *b)
         free(ms);
         return;
     }
+    /* The index lives as long as the table: no spare room (a failed shrink keeps it as is). */
+    if (n == 0) {
+        free(ms);
+        ms = NULL;
+    } else if (n < cap && (grown = realloc(ms, n * sizeof(*ms))) != NULL) {
+        ms = grown;
+    }
     b->members = ms;
     b->nmembers = (int)n;
 }
