@@ -9,10 +9,6 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-/* Lazily decoded object tables need pairs() to honour __pairs (Lua 5.2+; LuaJIT 2.1 as packaged
- * does not), so LuaJIT decodes objects whole. */
-#define KL_LAZY_DECODE (LUA_VERSION_NUM >= 502)
-
 #if LUA_VERSION_NUM < 502
 #define kl_rawlen(L, i) lua_objlen((L), (i))
 

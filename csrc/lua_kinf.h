@@ -1,7 +1,8 @@
 /*
  * lua_kinf.h - what the binding files (lua_*.c) share: turning object records into Lua tables
- * and back (lua_object.c), guards for C memory while Lua code may raise (lua_guard.c), failures,
- * argument errors and logging (lua_core.c), and each file's registration function.
+ * and back (lua_object.c; the lazily decoded tables: lua_lazy.c), guards for C memory while Lua
+ * code may raise (lua_guard.c), failures, argument errors and logging (lua_core.c), and each
+ * file's registration function.
  *
  * Objects and tables (one Lua state; all of this runs on the thread that owns it):
  * - A record is decoded (lua-cjson) at most once while its table lives: `decoded` maps the

@@ -10,8 +10,8 @@
  *   while its decoded entry exists.
  * - Tables kinformer made are read-only (writing a new member raises) and are never re-encoded:
  *   handing one back reuses its record. Tables a user built are encoded on every write.
- * - On Lua 5.2+ object tables decode lazily, member by member (see "Lazily decoded objects"
- *   below); on LuaJIT, whose pairs() ignores __pairs, they are decoded whole (compat.h).
+ * - Object tables decode lazily, member by member, on every runtime (lua_lazy.c): the same
+ *   tables, metatables and behaviour on Lua 5.4 and LuaJIT.
  * Ownership: a box owns one record reference and its member index; both go in box_gc.
  * Threads: the thread that owns the Lua state only.
  */
@@ -19,42 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonspan.h"
-#include "lua_kinf.h"
+#include "lua_object_impl.h"
 
 /* Registry keys: the addresses are unique; the bytes never change. */
 static const char DECODED_KEY = 0;   /* record address -> table (weak values) */
-static const char RECORDS_KEY = 0;   /* table -> record box (weak keys) */
+const char kl_records_key = 0;       /* table -> record box (weak keys) */
 static const char TOMBSTONE_KEY = 0; /* the tombstone metatable */
 static const char ENCODE_KEY = 0;    /* cjson encode */
 static const char DECODE_KEY = 0;    /* cjson decode */
-static const char LAZY_KEY = 0;      /* the metatable of lazily decoded objects */
-static const char READONLY_KEY = 0;  /* the metatable of objects decoded whole (LuaJIT) */
-static const char SUBS_KEY = 0;      /* lazy obj.metadata table -> its box (weak keys) */
-static const char LAZY_META_KEY = 0; /* the metatable of lazily decoded metadata tables */
-
-#define BOX_MT "kinformer.record"
-
-/* Where a member of a lazily decoded table sits in its JSON (offsets from box.json). */
-typedef struct member_span {
-    uint32_t key, key_len, value, value_len;
-} member_span;
-
-#define MEMBERS_UNINDEXED (-1) /* not indexed yet */
-#define MEMBERS_UNINDEXABLE (-2) /* escaped keys, too many, too big, or no memory: find each time */
-#define MEMBERS_MAX 64
-
-typedef struct box {
-    kinf_object *obj; /* one reference */
-    int from_user;    /* built from a user table: re-encode on every write */
-    /* Lazy tables (Lua 5.2+): the JSON object the table decodes members from (the record's
-     * JSON, or its metadata member's span), and that object's members, indexed at the first
-     * read so that later reads do not scan the object again. */
-    const char *json;
-    size_t json_len;
-    int nmembers;          /* >= 0 once indexed, or MEMBERS_UNINDEXED / _UNINDEXABLE */
-    member_span *members;  /* malloc'd; freed with the box */
-} box;
 
 /* ---- record boxes ---- */
 
@@ -68,8 +40,7 @@ static int box_gc(lua_State *L)
     return 0;
 }
 
-/* Pushes an empty box (so the record it will hold is owned by Lua before it exists). */
-static box *push_box(lua_State *L, int from_user)
+box *kl_push_box(lua_State *L, int from_user)
 {
     box *b = lua_newuserdata(L, sizeof(*b));
     b->obj = NULL;
@@ -77,6 +48,7 @@ static box *push_box(lua_State *L, int from_user)
     b->json = NULL;
     b->json_len = 0;
     b->nmembers = MEMBERS_UNINDEXED;
+    b->complete = 0;
     b->members = NULL;
     luaL_setmetatable(L, BOX_MT);
     return b;
@@ -88,7 +60,7 @@ static void link_table(lua_State *L, int ti, int bi)
     box *b = lua_touserdata(L, bi);
     ti = kl_absindex(L, ti);
     bi = kl_absindex(L, bi);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_records_key);
     lua_pushvalue(L, ti);
     lua_pushvalue(L, bi);
     lua_rawset(L, -3);
@@ -101,9 +73,7 @@ static void link_table(lua_State *L, int ti, int bi)
 
 /* ---- records -> tables ---- */
 
-/* Pushes json[0..len) decoded (kl_decode, else lua-cjson). Raises naming `what` of record key on
- * a decoding failure, which valid records never give. */
-static void decode_or_raise(lua_State *L, const char *json, size_t len, const char *what,
+void kl_decode_or_raise(lua_State *L, const char *json, size_t len, const char *what,
                             const char *key)
 {
     if (kl_decode(L, json, len))
@@ -117,7 +87,7 @@ static void decode_or_raise(lua_State *L, const char *json, size_t len, const ch
 /* Pushes the whole record decoded. */
 static void decode_record(lua_State *L, kinf_object *obj)
 {
-    decode_or_raise(L, obj->json, obj->json_len, "the record", obj->key);
+    kl_decode_or_raise(L, obj->json, obj->json_len, "the record", obj->key);
 }
 
 void kl_push_decoded(lua_State *L, kinf_object *obj)
@@ -130,248 +100,12 @@ static kinf_object *record_of(lua_State *L, int idx)
 {
     box *b;
     idx = kl_absindex(L, idx);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_records_key);
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
     lua_pop(L, 2);
     return b != NULL && !b->from_user ? b->obj : NULL; /* the box lives as long as the table */
-}
-
-/*
- * Lazily decoded objects (Lua 5.2+, where pairs honours __pairs; LuaJIT decodes eagerly): the
- * table starts empty; reading a member decodes just that member's bytes and stores it in the
- * table, so the next read is a plain table read. `metadata` is lazy the same way (its own table
- * over its own span, SUBS), and its name and namespace come from the record, parsed when the
- * record was made: a handler reading obj.metadata.name decodes nothing, and managedFields are
- * decoded only by whoever reads them. A string member without escapes is pushed as its bytes;
- * other values go through lua-cjson. pairs() decodes every member first. Writes of new members
- * raise: objects are read-only.
- */
-
-/* The box of lazy table idx: `which` is RECORDS_KEY (a decoded object) or SUBS_KEY (an object's
- * metadata). NULL for any other table, and for objects decoded whole. */
-static box *lazy_box(lua_State *L, int idx, const void *which)
-{
-    box *b;
-    idx = kl_absindex(L, idx);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, which);
-    lua_pushvalue(L, idx);
-    lua_rawget(L, -2);
-    b = lua_touserdata(L, -1);
-    lua_pop(L, 2);
-    return b != NULL && b->obj != NULL && !b->from_user && b->json != NULL ? b : NULL;
-}
-
-/* Records the members of b's JSON object once. Anything unusual (an escaped key, more than
- * MEMBERS_MAX members, no memory) leaves the box unindexable: find_member then scans each time,
- * as before the index existed. */
-static void index_members(box *b)
-{
-    kinf_json_member m;
-    member_span *ms = NULL, *grown;
-    size_t pos = 0, cap = 0, n = 0;
-    int rc;
-
-    b->nmembers = MEMBERS_UNINDEXABLE;
-    if (b->json_len > UINT32_MAX)
-        return;
-    while ((rc = kinf_json_next_member(b->json, b->json_len, &pos, &m)) == 1) {
-        if (m.key_escaped || n == MEMBERS_MAX) {
-            free(ms);
-            return;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            grown = realloc(ms, cap * sizeof(*ms));
-            if (grown == NULL) {
-                free(ms);
-                return;
-            }
-            ms = grown;
-        }
-        ms[n].key = (uint32_t)(m.key.ptr - b->json);
-        ms[n].key_len = (uint32_t)m.key.len;
-        ms[n].value = (uint32_t)(m.value.ptr - b->json);
-        ms[n].value_len = (uint32_t)m.value.len;
-        n++;
-    }
-    if (rc < 0) {
-        free(ms);
-        return;
-    }
-    b->members = ms;
-    b->nmembers = (int)n;
-}
-
-/* 1 and the value's span, 0 when the member is absent, -1 when only decoding the whole object
- * can tell (escaped keys, malformed input). The last of duplicate keys wins, as in lua-cjson. */
-static int find_member(box *b, const char *k, size_t klen, kinf_str *v)
-{
-    if (b->nmembers == MEMBERS_UNINDEXED)
-        index_members(b);
-    if (b->nmembers == MEMBERS_UNINDEXABLE)
-        return kinf_json_find_member(b->json, b->json_len, k, klen, v);
-    for (int i = b->nmembers - 1; i >= 0; i--) {
-        const member_span *m = &b->members[i];
-        if (m->key_len == klen && memcmp(b->json + m->key, k, klen) == 0) {
-            v->ptr = b->json + m->value;
-            v->len = m->value_len;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Pushes b's JSON decoded whole. Raises on a decoding failure (records are valid JSON). */
-static void decode_span(lua_State *L, const box *b, const char *what)
-{
-    decode_or_raise(L, b->json, b->json_len, what, b->obj->key);
-}
-
-/* Pushes the value of member k, span v. */
-static void push_member(lua_State *L, const box *b, const char *k, kinf_str v)
-{
-    if (v.len >= 2 && v.ptr[0] == '"' && memchr(v.ptr + 1, '\\', v.len - 2) == NULL) {
-        /* Validated JSON: a string without escapes decodes to its bytes. */
-        lua_pushlstring(L, v.ptr + 1, v.len - 2);
-        return;
-    }
-    decode_or_raise(L, v.ptr, v.len, k, b->obj->key);
-}
-
-/* Decodes b's whole JSON into table t: every member not read yet. */
-static void materialize(lua_State *L, int t, const box *b)
-{
-    t = kl_absindex(L, t);
-    decode_span(L, b, "the object");
-    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
-        lua_pushvalue(L, -2);
-        lua_rawget(L, t);
-        if (lua_isnil(L, -1)) {
-            lua_pushvalue(L, -3);
-            lua_pushvalue(L, -3);
-            lua_rawset(L, t);
-        }
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-}
-
-/* Pushes a lazy table for the metadata of obj, whose JSON is span v (an object). */
-static void push_lazy_metadata(lua_State *L, kinf_object *obj, kinf_str v)
-{
-    box *b;
-    lua_createtable(L, 0, 4);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_META_KEY);
-    lua_setmetatable(L, -2);
-    b = push_box(L, 0);
-    b->obj = kinf_object_ref(obj);
-    b->json = v.ptr; /* inside the record, which the box keeps alive */
-    b->json_len = v.len;
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &SUBS_KEY);
-    lua_pushvalue(L, -3);
-    lua_pushvalue(L, -3);
-    lua_rawset(L, -3);
-    lua_pop(L, 2);
-}
-
-/* metadata.name / metadata.namespace as the record has them (the object's last metadata, like
- * lua-cjson's decoding). Only non-empty values, and only when the key's length confirms the
- * strings hold no NUL byte (the record keeps them NUL-terminated); else 0: ask the JSON. */
-static int meta_from_record(const kinf_object *obj, const char *k, size_t klen, kinf_str *out)
-{
-    size_t ns_len = strlen(obj->namespace_), name_len = strlen(obj->name);
-    if ((ns_len ? ns_len + 1 : 0) + name_len != obj->key_len)
-        return 0;
-    if (klen == 4 && memcmp(k, "name", 4) == 0 && name_len > 0) {
-        out->ptr = obj->name;
-        out->len = name_len;
-        return 1;
-    }
-    if (klen == 9 && memcmp(k, "namespace", 9) == 0 && ns_len > 0) {
-        out->ptr = obj->namespace_;
-        out->len = ns_len;
-        return 1;
-    }
-    return 0;
-}
-
-/* __index of lazy objects (which = RECORDS_KEY) and their metadata (SUBS_KEY). */
-static int index_lazy(lua_State *L, const void *which)
-{
-    box *b;
-    const char *k;
-    size_t klen;
-    kinf_str v;
-    int rc;
-
-    if (lua_type(L, 2) != LUA_TSTRING)
-        return 0;
-    b = lazy_box(L, 1, which);
-    if (b == NULL)
-        return 0;
-    k = lua_tolstring(L, 2, &klen);
-    if (which == &SUBS_KEY && meta_from_record(b->obj, k, klen, &v)) {
-        lua_pushlstring(L, v.ptr, v.len);
-    } else {
-        rc = find_member(b, k, klen, &v);
-        if (rc == 0)
-            return 0;
-        if (rc < 0) {
-            materialize(L, 1, b);
-            lua_settop(L, 2);
-            lua_rawget(L, 1);
-            return 1;
-        }
-        if (which == &RECORDS_KEY && klen == 8 && memcmp(k, "metadata", 8) == 0 && v.len > 0 &&
-            v.ptr[0] == '{')
-            push_lazy_metadata(L, b->obj, v);
-        else
-            push_member(L, b, k, v);
-    }
-    lua_pushvalue(L, 2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, 1);
-    return 1;
-}
-
-static int lazy_index(lua_State *L)
-{
-    return index_lazy(L, &RECORDS_KEY);
-}
-
-static int lazy_meta_index(lua_State *L)
-{
-    return index_lazy(L, &SUBS_KEY);
-}
-
-static int pairs_lazy(lua_State *L, const void *which)
-{
-    box *b = lazy_box(L, 1, which);
-    if (b != NULL)
-        materialize(L, 1, b);
-    lua_getglobal(L, "next");
-    lua_pushvalue(L, 1);
-    lua_pushnil(L);
-    return 3;
-}
-
-static int lazy_pairs(lua_State *L)
-{
-    return pairs_lazy(L, &RECORDS_KEY);
-}
-
-static int lazy_meta_pairs(lua_State *L)
-{
-    return pairs_lazy(L, &SUBS_KEY);
-}
-
-static int lazy_newindex(lua_State *L)
-{
-    return luaL_error(L, "kinformer: objects from the cache are read-only (set '%s' on a copy: "
-                         "kinformer.to_table(obj))",
-                      lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
 }
 
 void kl_push_object(lua_State *L, kinf_object *obj)
@@ -400,19 +134,15 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         lua_setfield(L, -2, "obj");
         kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
         lua_setmetatable(L, -2);
-    } else if (KL_LAZY_DECODE) {
-        /* Members are decoded on first access (lazy_index). */
-        lua_createtable(L, 0, 5);
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_KEY);
-        lua_setmetatable(L, -2);
     } else {
-        decode_record(L, obj); /* whole, but read-only all the same */
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
+        /* Members are decoded on first access (lua_lazy.c). */
+        lua_createtable(L, 0, 5);
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_lazy_key);
         lua_setmetatable(L, -2);
     }
-    b = push_box(L, 0);
+    b = kl_push_box(L, 0);
     b->obj = kinf_object_ref(obj);
-    if (KL_LAZY_DECODE && !kinf_object_is_tombstone(obj)) {
+    if (!kinf_object_is_tombstone(obj)) {
         b->json = obj->json;
         b->json_len = obj->json_len;
     }
@@ -464,7 +194,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
     if (!lua_istable(L, idx))
         kl_argerror(L, argn, fname, "object expected, got %s", luaL_typename(L, idx));
     luaL_checkstack(L, 10, "kinformer: converting an object");
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_records_key);
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
@@ -502,7 +232,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
                 return NULL;
             }
         }
-        b = push_box(L, 1);
+        b = kl_push_box(L, 1);
         b->obj = kinf_tombstone_new(key, len, inner, &err);
         if (b->obj == NULL) {
             lua_settop(L, top);
@@ -537,7 +267,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
         lua_settop(L, top);
         return NULL;
     }
-    b = push_box(L, 1); /* top + 3 */
+    b = kl_push_box(L, 1); /* top + 3 */
     {
         size_t len;
         const char *json = lua_tolstring(L, top + 2, &len);
@@ -563,7 +293,7 @@ int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf
     idx = kl_absindex(L, idx);
     if (!lua_istable(L, idx))
         kl_argerror(L, argn, fname, "object expected, got %s", luaL_typename(L, idx));
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &RECORDS_KEY);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_records_key);
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
@@ -654,7 +384,7 @@ static int l_encode(lua_State *L)
         lua_pushlstring(L, obj->json, obj->json_len);
         return 1;
     }
-    b = lazy_box(L, 1, &SUBS_KEY);
+    b = kl_lazy_box(L, 1, &kl_subs_key);
     if (b != NULL) {
         lua_pushlstring(L, b->json, b->json_len);
         return 1;
@@ -693,9 +423,9 @@ static void push_copy(lua_State *L, int idx)
         decode_record(L, obj);
         return;
     }
-    b = lazy_box(L, idx, &SUBS_KEY);
+    b = kl_lazy_box(L, idx, &kl_subs_key);
     if (b != NULL) {
-        decode_span(L, b, "metadata");
+        kl_decode_span(L, b, "metadata");
         return;
     }
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
@@ -730,30 +460,13 @@ static int l_decode(lua_State *L)
     return 1;
 }
 
-/* Creates a weak table with the given mode and stores it in the registry under key. */
-static void new_weak_table(lua_State *L, const void *key, const char *mode)
+void kl_new_weak_table(lua_State *L, const void *key, const char *mode)
 {
     lua_newtable(L);
     lua_createtable(L, 0, 1);
     lua_pushstring(L, mode);
     lua_setfield(L, -2, "__mode");
     lua_setmetatable(L, -2);
-    kl_rawsetp(L, LUA_REGISTRYINDEX, key);
-}
-
-/* registry[key] = a metatable of read-only lazy tables: __index, __pairs, __newindex, __name. */
-static void new_lazy_metatable(lua_State *L, const void *key, lua_CFunction index,
-                               lua_CFunction pairs, const char *name)
-{
-    lua_createtable(L, 0, 4);
-    lua_pushcfunction(L, index);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, pairs);
-    lua_setfield(L, -2, "__pairs");
-    lua_pushcfunction(L, lazy_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushstring(L, name);
-    lua_setfield(L, -2, "__name");
     kl_rawsetp(L, LUA_REGISTRYINDEX, key);
 }
 
@@ -780,24 +493,15 @@ void kl_open_object(lua_State *L)
     kl_rawsetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pop(L, 2);
 
-    new_weak_table(L, &DECODED_KEY, "v");
-    new_weak_table(L, &RECORDS_KEY, "k");
-    new_weak_table(L, &SUBS_KEY, "k");
+    kl_new_weak_table(L, &DECODED_KEY, "v");
+    kl_new_weak_table(L, &kl_records_key, "k");
 
     luaL_newmetatable(L, BOX_MT);
     lua_pushcfunction(L, box_gc);
     lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
 
-    new_lazy_metatable(L, &LAZY_KEY, lazy_index, lazy_pairs, "kinformer.object");
-    new_lazy_metatable(L, &LAZY_META_KEY, lazy_meta_index, lazy_meta_pairs, "kinformer.metadata");
-
-    lua_createtable(L, 0, 2);
-    lua_pushcfunction(L, lazy_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushstring(L, "kinformer.object");
-    lua_setfield(L, -2, "__name");
-    kl_rawsetp(L, LUA_REGISTRYINDEX, &READONLY_KEY);
+    kl_open_lazy(L);
 
     lua_createtable(L, 0, 1);
     lua_pushstring(L, "kinformer.tombstone");

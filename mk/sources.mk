@@ -33,6 +33,7 @@ CORE_SRC += csrc/impersonate.c
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c
 BIND_SRC += csrc/lua_object.c
+BIND_SRC += csrc/lua_lazy.c
 BIND_SRC += csrc/lua_guard.c
 BIND_SRC += csrc/lua_decode.c
 BIND_SRC += csrc/lua_store.c

@@ -148,3 +148,118 @@ describe("JSON decoding of cached objects", function()
     end
   end)
 end)
+
+-- Cached objects are lazy tables on every runtime (Lua 5.4 and LuaJIT alike): members are
+-- decoded on first read and kept in the table; kinformer.pairs decodes the rest.
+describe("lazily decoded objects (every runtime)", function()
+  local kinformer = require "kinformer"
+
+  -- An object table as the cache hands it out: a record made from t, its user table gone.
+  local function cached(t)
+    local fifo = kinformer.delta_fifo{}
+    assert(fifo:add(t))
+    t = nil -- luacheck: ignore
+    collectgarbage()
+    collectgarbage()
+    return fifo:pop()[1].object
+  end
+
+  local function sample()
+    return {
+      apiVersion = "discovery.k8s.io/v1", kind = "EndpointSlice", addressType = "IPv4",
+      metadata = { name = "web-abc", namespace = "demo", uid = "u1", labels = { app = "web" } },
+      ports = { { name = "http", port = 8080 } },
+      endpoints = { { addresses = { "10.0.0.1" }, conditions = { ready = true } },
+                    { addresses = { "10.0.0.2" }, conditions = { ready = false } } },
+    }
+  end
+
+  local function sorted_keys(t, iter)
+    local keys = {}
+    for k in (iter or kinformer.pairs)(t) do keys[#keys + 1] = k end
+    table.sort(keys)
+    return keys
+  end
+
+  it("decode a member on its first read and keep it: rawget sees what was read", function()
+    local o = cached(sample())
+    assert.is_nil(rawget(o, "endpoints"))
+    assert.is_nil(next(o))
+    local eps = o.endpoints
+    assert.equal("10.0.0.2", eps[2].addresses[1])
+    assert.equal(eps, rawget(o, "endpoints")) -- the next read is a plain table read
+    assert.equal(eps, o.endpoints)
+    assert.is_nil(rawget(o, "ports"))
+    assert.is_nil(o.nothing)
+    assert.equal(8080, o.ports[1].port)
+    assert.equal(8080, rawget(o, "ports")[1].port)
+  end)
+
+  it("metadata is lazy and read-only too; name and namespace need no decoding", function()
+    local o = cached(sample())
+    local md = o.metadata
+    assert.equal(md, o.metadata)
+    assert.is_nil(next(md))
+    assert.equal("web-abc", md.name)
+    assert.equal("demo", md.namespace)
+    assert.is_nil(rawget(md, "labels"))
+    assert.equal("web", md.labels.app)
+    assert.has_error(function() md.extra = 1 end)
+    assert.has_error(function() o.extra = 1 end)
+    assert.same(cjson.decode(kinformer.encode(o)).metadata, cjson.decode(kinformer.encode(md)))
+  end)
+
+  it("kinformer.pairs sees every member, completes the table and keeps what was read", function()
+    local o = cached(sample())
+    local eps = o.endpoints
+    local all = { "addressType", "apiVersion", "endpoints", "kind", "metadata", "ports" }
+    assert.same(all, sorted_keys(o))
+    assert.equal(eps, o.endpoints)
+    -- complete now: next and rawget see every member, on every runtime
+    assert.same(all, sorted_keys(o, function(t) return next, t, nil end))
+    assert.equal("IPv4", rawget(o, "addressType"))
+    assert.same(kinformer.to_table(o), (function()
+      local c = {}
+      for k, v in kinformer.pairs(o) do c[k] = v == o.metadata and kinformer.to_table(v) or v end
+      return c
+    end)())
+    -- metadata reached through pairs is the same lazy read-only table a read gives
+    assert.has_error(function() o.metadata.extra = 1 end)
+    assert.same({ "labels", "name", "namespace", "uid" }, sorted_keys(o.metadata))
+    assert.same({ "labels", "name", "namespace", "uid" },
+                sorted_keys(o.metadata, function(t) return next, t, nil end))
+    assert.has_error(function() o.extra = 1 end)
+  end)
+
+  it("plain pairs sees every member only where the runtime honours __pairs", function()
+    local honours = false
+    for _ in pairs(setmetatable({}, { __pairs = function() return next, { 1 }, nil end })) do
+      honours = true
+    end
+    assert.equal(not rawget(_G, "jit") or honours, honours) -- Lua 5.4 always honours it
+    local o = cached(sample())
+    local _ = o.kind
+    assert.same(honours and { "addressType", "apiVersion", "endpoints", "kind", "metadata", "ports" }
+                or { "kind" }, sorted_keys(o, pairs))
+  end)
+
+  it("kinformer.pairs is pairs for other tables, __pairs honoured, and checks its argument", function()
+    assert.same({ "a", "b" }, sorted_keys({ a = 1, b = 2 }))
+    local proxy = setmetatable({}, { __pairs = function() return next, { x = 1, y = 2 }, nil end })
+    assert.same({ "x", "y" }, sorted_keys(proxy))
+    assert.has_error(function() kinformer.pairs("x") end)
+    assert.has_error(function() kinformer.pairs() end)
+  end)
+
+  it("decodes right when a top-level key has escapes (the whole object is decoded then)", function()
+    local t = sample()
+    t["a/b"] = "slash" -- lua-cjson writes the key as "a\/b"
+    local o = cached(t)
+    assert.equal("10.0.0.1", o.endpoints[1].addresses[1])
+    assert.equal("slash", o["a/b"])
+    assert.equal("web-abc", o.metadata.name)
+    assert.same(kinformer.to_table(o).endpoints, o.endpoints)
+    local keys = sorted_keys(o)
+    assert.same({ "a/b", "addressType", "apiVersion", "endpoints", "kind", "metadata", "ports" }, keys)
+  end)
+end)

@@ -362,6 +362,33 @@ function M.run()
   out[#out + 1] = tostring(err)
   ngx.say(table.concat(out, "\n"))
 end
+-- Cached objects inside nginx: lazy, as on Lua 5.4; kinformer.pairs and views see them whole.
+function M.objects()
+  local kinformer, cjson = require "kinformer", require "cjson"
+  local fifo = kinformer.delta_fifo{}
+  assert(fifo:add{ apiVersion = "v1", kind = "Service", metadata = { name = "web", namespace = "demo" },
+                   spec = { ports = { { port = 80 } } } })
+  collectgarbage()
+  collectgarbage()
+  local svc = fifo:pop()[1].object
+  local out = { tostring(rawget(svc, "spec")), tostring(svc.spec.ports[1].port) }
+  local keys = {}
+  for k in pairs(svc) do keys[#keys + 1] = k end
+  out[#out + 1] = "pairs " .. #keys
+  keys = {}
+  for k in kinformer.pairs(svc) do keys[#keys + 1] = k end
+  table.sort(keys)
+  out[#out + 1] = "kinformer.pairs " .. table.concat(keys, ",")
+  out[#out + 1] = tostring(pcall(function() svc.metadata.x = 1 end))
+  assert(fifo:add{ apiVersion = "v1", kind = "Service", metadata = { name = "db", namespace = "demo" } })
+  collectgarbage()
+  collectgarbage()
+  local db = fifo:pop()[1].object
+  local _ = db.kind
+  local v = require("kinformer.ngx").view{ name = "probe" }
+  out[#out + 1] = cjson.encode(cjson.decode(v._encode{ db }))
+  ngx.say(table.concat(out, "\n"))
+end
 return M
 ]])
     f:close()
@@ -386,6 +413,7 @@ http {
     server {
         listen 127.0.0.1:%d;
         location = /probe { content_by_lua_block { require("argprobe").run() } }
+        location = /objects { content_by_lua_block { require("argprobe").objects() } }
     }
 }
 ]]):format(openresty.LUA_MODULE, dir, root, root, root, port) }
@@ -406,5 +434,19 @@ http {
     assert.matches("argprobe%.lua:6: bad argument #1 to 'start' %(option 'informers' must be", lines[2])
     assert.matches("argprobe%.lua:8: kinformer.ngx.enable_agent%(%) must be called from init_by_lua",
       lines[3])
+  end)
+
+  it("hands out lazy objects: kinformer.pairs and the views' encoder see every member", function()
+    local code, body = openresty.get(inst.port, "localhost", "/objects")
+    assert.equals(200, code, body)
+    local lines = {}
+    for l in body:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equals("nil", lines[1]) -- nothing decoded before the first read
+    assert.equals("80", lines[2])
+    assert.equals("pairs 1", lines[3]) -- nginx's LuaJIT ignores __pairs: only what was read
+    assert.equals("kinformer.pairs apiVersion,kind,metadata,spec", lines[4])
+    assert.equals("false", lines[5]) -- metadata is read-only
+    assert.same({ { apiVersion = "v1", kind = "Service", metadata = { name = "db", namespace = "demo" } } },
+                cjson.decode(lines[6]))
   end)
 end)

@@ -79,7 +79,10 @@ local function ready_endpoints(svc)
   local slices = store:by_index("service", svc)
   if #slices == 0 then return nil end
   local out, seen = {}, {}
-  for _, slice in ipairs(slices) do
+  for _, cached in ipairs(slices) do
+    -- A copy, garbage once the routes are computed: reading cached.endpoints would keep the
+    -- decoded endpoints in the cached object for as long as the slice is cached.
+    local slice = kinformer.to_table(cached)
     local port = slice_port(slice)
     local family = slice.addressType
     if port and (family == "IPv4" or family == "IPv6") and type(slice.endpoints) == "table" then

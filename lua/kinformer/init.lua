@@ -192,6 +192,12 @@ _M.encode = core.encode
 --- kinformer.to_table(obj) -> a fresh, fully decoded, mutable copy of an object.
 _M.to_table = core.to_table
 
+--- kinformer.pairs(t) -> next, t, nil: pairs that works the same on every runtime. For an object
+-- from kinformer or its metadata it decodes the members not read yet first (then the table is
+-- complete: pairs, next and rawget see every member); for other tables it is Lua 5.4's pairs
+-- (a __pairs metamethod is honoured, also on LuaJIT).
+_M.pairs = core.pairs
+
 local LEVELS = { debug = 1, info = 2, warn = 3, error = 4 }
 local threshold = LEVELS.warn -- quiet on success: only warnings and errors by default
 

@@ -10,7 +10,21 @@ local argcheck = require "kinformer.argcheck"
 local nprocess = require "kinformer.ngx.process"
 
 local json = require("cjson").new() -- our own instance: a user's cjson settings stay theirs
-local json_encode, json_decode = json.encode, json.decode
+local json_decode = json.decode
+local kpairs = require("kinformer.core").pairs
+
+-- Cached objects in a value are lazy: lua-cjson would see only the members read so far.
+-- kinformer.pairs completes them (and is plain pairs for other tables) before encoding.
+local function complete(v, seen)
+  if type(v) ~= "table" or seen[v] then return end
+  seen[v] = true
+  for _, x in kpairs(v) do complete(x, seen) end
+end
+
+local function json_encode(value)
+  complete(value, {})
+  return json.encode(value)
+end
 
 local type, ipairs, pcall, tostring, setmetatable = type, ipairs, pcall, tostring, setmetatable
 local shared = ngx.shared
