@@ -6,7 +6,7 @@
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 \
 --     bench/scale_bench.lua [--sizes=10000,100000,1000000] [--informers=50] [--idle=5]
 --                           [--floor-pods=100000] [--runs=3] [--parts=growth,idle,floor]
---                           [--dir=build/bench/scale]
+--                           [--events=100000] [--dir=build/bench/scale]
 --
 -- growth: for each size N, the fake server generates N ConfigMaps (about 1.1 KB of JSON, 0.8 KB
 --   without managedFields); the list is recorded in pages of 500 and the server stopped (its RSS
@@ -73,7 +73,8 @@ end
 
 -- ---------------------------------------------------------------------------------------------
 -- Child: one measurement, one line of key=value.
---   --child sync <url> <resource>        one informer: time to synced, CPU, RSS, JSON kept
+--   --child sync <url> <resource> [events]  one informer: time to synced, CPU, RSS, JSON kept;
+--                                        then events/s of the replay's recorded burst
 --   --child idle <url> <informers> <s>   informers on one client, then the CPU of `s` idle seconds
 if arg[1] == "--child" then
   local kinformer = require "kinformer"
@@ -84,11 +85,13 @@ if arg[1] == "--child" then
   if mode == "sync" then
     local inf = assert(client:informer{ resource = { group = "", version = "v1",
       resource = arg[4], namespaced = true } })
-    local c0 = thread_cpu(pid)
+    out.rss0_mb = rss_kb(pid, "VmRSS") / 1024
+    local c0, k0 = thread_cpu(pid), os.clock()
     local t0 = gettime()
     assert(inf:start())
     assert(inf:wait_for_sync(3600))
     out.sync_s = gettime() - t0
+    out.cpu = os.clock() - k0
     local c1 = thread_cpu(pid)
     out.cpu_lua, out.cpu_io, out.cpu_scan = c1.lua - c0.lua, c1.io - c0.io, c1.scan - c0.scan
     out.threads = c1.threads
@@ -98,6 +101,22 @@ if arg[1] == "--child" then
     local kept, encode = 0, kinformer.encode
     for _, key in ipairs(store:list_keys()) do kept = kept + #encode(store:get(key)) end
     out.kept_mb = kept / 1048576
+    -- The recorded burst of MODIFIED events, released once the watch is open; the clock stops
+    -- when the store has taken them all (no handler).
+    local events = tonumber(arg[5]) or 0
+    if events > 0 then
+      while inf:status().phase ~= "watching" do sleep(0.002) end
+      local base = inf:status().updates
+      local k1 = os.clock()
+      local t1 = gettime()
+      os.execute(("curl -s -o /dev/null -X POST %s/_fake/release"):format(url))
+      local reason = kinformer.run({ inf }, { timeout = 600,
+        done = function() return inf:status().updates - base >= events end })
+      out.events_s = gettime() - t1
+      assert(reason == "done", "events: kinformer.run returned " .. tostring(reason))
+      out.ev_cpu = os.clock() - k1
+      out.events = inf:status().updates - base
+    end
     inf:stop()
   elseif mode == "idle" then
     local n, secs = tonumber(arg[4]), tonumber(arg[5])
@@ -136,7 +155,8 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- Parent.
 local opts = { sizes = "10000,100000", informers = "50", idle = "5", ["floor-pods"] = "100000",
-               runs = "1", parts = "growth,idle,floor", dir = "build/bench/scale" }
+               runs = "1", parts = "growth,idle,floor", dir = "build/bench/scale",
+               events = "100000" }
 for _, a in ipairs(arg) do
   local k, v = a:match("^%-%-([%w-]+)=(.*)$")
   if not k or not opts[k] then error("unknown argument " .. a) end
@@ -157,7 +177,7 @@ end
 
 -- A server process started with `sh -c 'echo $$; exec ...'`: its pid and first output line.
 local function start(cmd)
-  local p = assert(io.popen("sh -c 'echo $$; exec " .. cmd .. "'"))
+  local p = assert(io.popen("exec sh -c 'echo $$; exec " .. cmd .. "'"))
   local pid = p:read("l")
   local line = p:read("l")
   return { proc = p, pid = pid, line = line }
@@ -168,15 +188,17 @@ local function stop(s)
 end
 
 -- The fake server with `gen` (e.g. "--configmaps 100000"), its list recorded into dir.
-local function record(gen, path, dir)
+local function record(gen, path, dir, events)
+  events = events or 0
   os.execute("rm -rf " .. dir .. " && mkdir -p " .. dir)
   local t0 = gettime()
-  local srv = start(("python3 tools/fake-apiserver/server.py --port 0 %s --history 1000 "
-    .. "--exit-with-parent 2>/dev/null"):format(gen))
+  local srv = start(("python3 tools/fake-apiserver/server.py --port 0 %s --history %d "
+    .. "--exit-with-parent 2>/dev/null"):format(gen, events + 1000))
   assert(srv.line and srv.line:match("^http"), "fake server did not start")
   local gen_s = gettime() - t0
   local rss = rss_kb(srv.pid, "VmRSS")
-  local msg = sh(("python3 bench/list_replay.py record %s %s 500 %s"):format(srv.line, path, dir))
+  local msg = sh(("python3 bench/list_replay.py record %s %s 500 %s %d"):format(srv.line, path, dir,
+    events))
   stop(srv)
   local f = assert(io.open(dir .. "/index.json"))
   local idx = f:read("a")
@@ -227,27 +249,49 @@ end
 print(("# kinformer scale bench, %s, load average %s, runs %d"):format(os.date("!%Y-%m-%d %H:%M UTC"),
   loadavg(), RUNS))
 
+-- The fake server's RSS with no generated objects, subtracted from its RSS per object.
+local function server_base_kb()
+  local srv = start("python3 tools/fake-apiserver/server.py --port 0 --exit-with-parent 2>/dev/null")
+  local kb = rss_kb(srv.pid, "VmRSS")
+  stop(srv)
+  return kb
+end
+
 if parts.growth then
-  print("\n## One informer, N ConfigMaps (replay of pages of 500; managedFields stripped)\n")
-  print("| objects | list MB | fake server RSS / object | curl s | synced s | x curl | CPU s: Lua / I/O / scanner | us per object (wall) | us per object (client CPU) | objects/s | peak RSS MB | JSON kept MB | RSS / JSON |")
-  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  local base_kb = server_base_kb()
+  local rows = {}
   for n in opts.sizes:gmatch("%d+") do
     n = tonumber(n)
+    local ev = math.min(n, tonumber(opts.events))
     local dir = ("%s/cm-%d"):format(opts.dir, n)
-    local rec = record("--configmaps " .. n, "/api/v1/configmaps", dir)
+    local rec = record("--configmaps " .. n, "/api/v1/configmaps", dir, ev)
     local rep = start("python3 bench/list_replay.py serve " .. dir)
     local fl = curl_floor(dir, rep.line)
-    local r = best_child("sync", rep.line, "configmaps")
+    local r = best_child("sync", rep.line, "configmaps", ev)
     stop(rep)
     assert(r.objects == n, ("synced %s objects of %d"):format(r.objects, n))
-    local cpu = r.cpu_lua + r.cpu_io + r.cpu_scan
-    print(("| %s | %.0f | %.2f KB | %s | %s | %s | %s / %s / %s | %.2f | %.2f | %s | %.0f | %.0f | %s |"):format(
-      int(n), rec.bytes / 1e6, (rec.server_rss_kb * 1024 / n) / 1000, f3(fl.s), f3(r.sync_s),
-      f2(r.sync_s / fl.s), f2(r.cpu_lua), f2(r.cpu_io), f2(r.cpu_scan), r.sync_s / n * 1e6,
-      cpu / n * 1e6, int(n / r.sync_s), r.rss_mb, r.kept_mb, f2(r.rss_mb / r.kept_mb)))
-    io.stdout:flush()
-    if parts.keep ~= true then os.execute("rm -rf " .. dir) end
+    assert(r.events == ev, ("%s events of %d"):format(r.events, ev))
+    rows[#rows + 1] = { n = n, ev = ev, rec = rec, fl = fl, r = r }
+    os.execute("rm -rf " .. dir)
   end
+  print("\n## One informer, N ConfigMaps (replay of pages of 500; managedFields stripped)\n")
+  print("| objects | list MB | fake server RSS per object | curl s | synced s | x curl | CPU s: Lua / I/O / scanner (all) | us per object: wall / client CPU | objects/s | peak RSS MB (before start) | JSON kept MB | RSS / JSON (growth / JSON) |")
+  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  for _, x in ipairs(rows) do
+    local n, rec, fl, r = x.n, x.rec, x.fl, x.r
+    print(("| %s | %.0f | %.2f KB | %s | %s | %s | %s / %s / %s (%s) | %.2f / %.2f | %s | %.0f (%.0f) | %.0f | %s (%s) |"):format(
+      int(n), rec.bytes / 1e6, (rec.server_rss_kb - base_kb) * 1.024 / n, f3(fl.s),
+      f3(r.sync_s), f2(r.sync_s / fl.s), f2(r.cpu_lua), f2(r.cpu_io), f2(r.cpu_scan), f2(r.cpu),
+      r.sync_s / n * 1e6, r.cpu / n * 1e6, int(n / r.sync_s), r.rss_mb, r.rss0_mb, r.kept_mb,
+      f2(r.rss_mb / r.kept_mb), f2((r.rss_mb - r.rss0_mb) / r.kept_mb)))
+  end
+  print("\n| objects | MODIFIED events (one burst, replayed) | s | events/s | client CPU us per event |")
+  print("|---:|---:|---:|---:|---:|")
+  for _, x in ipairs(rows) do
+    print(("| %s | %s | %s | %s | %.2f |"):format(int(x.n), int(x.ev), f3(x.r.events_s),
+      int(x.ev / x.r.events_s), x.r.ev_cpu / x.ev * 1e6))
+  end
+  io.stdout:flush()
 end
 
 if parts.idle then
