@@ -4,7 +4,7 @@
 --   make bench-scale                                   (10k and 100k ConfigMaps, 50 informers,
 --                                                       the list floor at 100k pods)
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 \
---     bench/scale_bench.lua [--sizes=10000,100000,1000000] [--informers=50] [--idle=5]
+--     bench/scale_bench.lua [--sizes=10000,100000,1000000] [--informers=50] [--idle=10]
 --                           [--floor-pods=100000] [--runs=3] [--parts=growth,idle,floor]
 --                           [--events=100000] [--dir=build/bench/scale]
 --
@@ -39,25 +39,35 @@ end
 local TICK = tonumber(sh("getconf CLK_TCK")) or 100
 
 -- CPU seconds per thread of process pid: lua (the main thread), io (the client's I/O thread,
--- the first one it creates) and scan (the pipe's consumer threads, created after it).
+-- the first one it creates) and scan (the pipe's consumer threads, created after it). From
+-- /proc/PID/task/TID/schedstat (nanoseconds on the CPU), else utime + stime of .../stat (ticks).
+local function task_cpu(pid, tid)
+  local f = io.open(("/proc/%s/task/%d/schedstat"):format(pid, tid))
+  if f then
+    local ns = tonumber((f:read("l") or ""):match("^(%d+)"))
+    f:close()
+    if ns then return ns / 1e9 end
+  end
+  f = io.open(("/proc/%s/task/%d/stat"):format(pid, tid))
+  if not f then return 0 end
+  local rest = f:read("l"):match("%) (.*)")
+  f:close()
+  local fields = {}
+  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / TICK
+end
+
 local function thread_cpu(pid)
   local tids = {}
   for tid in sh("ls /proc/" .. pid .. "/task"):gmatch("%d+") do tids[#tids + 1] = tonumber(tid) end
   table.sort(tids)
   local r, others = { lua = 0, io = 0, scan = 0, threads = #tids }, 0
   for _, tid in ipairs(tids) do
-    local f = io.open(("/proc/%s/task/%d/stat"):format(pid, tid))
-    if f then
-      local rest = f:read("l"):match("%) (.*)")
-      f:close()
-      local fields = {}
-      for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
-      local t = (tonumber(fields[12]) + tonumber(fields[13])) / TICK
-      if tostring(tid) == tostring(pid) then r.lua = r.lua + t
-      else
-        others = others + 1
-        if others == 1 then r.io = r.io + t else r.scan = r.scan + t end
-      end
+    local t = task_cpu(pid, tid)
+    if tostring(tid) == tostring(pid) then r.lua = r.lua + t
+    else
+      others = others + 1
+      if others == 1 then r.io = r.io + t else r.scan = r.scan + t end
     end
   end
   return r
@@ -107,7 +117,7 @@ if arg[1] == "--child" then
     if events > 0 then
       while inf:status().phase ~= "watching" do sleep(0.002) end
       local base = inf:status().updates
-      local k1 = os.clock()
+      local k1, e0 = os.clock(), thread_cpu(pid)
       local t1 = gettime()
       os.execute(("curl -s -o /dev/null -X POST %s/_fake/release"):format(url))
       local reason = kinformer.run({ inf }, { timeout = 600,
@@ -115,6 +125,8 @@ if arg[1] == "--child" then
       out.events_s = gettime() - t1
       assert(reason == "done", "events: kinformer.run returned " .. tostring(reason))
       out.ev_cpu = os.clock() - k1
+      local e1 = thread_cpu(pid)
+      out.ev_lua, out.ev_io, out.ev_scan = e1.lua - e0.lua, e1.io - e0.io, e1.scan - e0.scan
       out.events = inf:status().updates - base
     end
     inf:stop()
@@ -154,7 +166,7 @@ end
 
 -- ---------------------------------------------------------------------------------------------
 -- Parent.
-local opts = { sizes = "10000,100000", informers = "50", idle = "5", ["floor-pods"] = "100000",
+local opts = { sizes = "10000,100000", informers = "50", idle = "10", ["floor-pods"] = "100000",
                runs = "1", parts = "growth,idle,floor", dir = "build/bench/scale",
                events = "100000" }
 for _, a in ipairs(arg) do
@@ -200,6 +212,9 @@ local function record(gen, path, dir, events)
   local msg = sh(("python3 bench/list_replay.py record %s %s 500 %s %d"):format(srv.line, path, dir,
     events))
   stop(srv)
+  -- Write the pages back now: a 1 GB writeback running while the replay sends them slows the
+  -- replay (and the curl floor) down; afterwards they are clean pages of the page cache.
+  os.execute("sync")
   local f = assert(io.open(dir .. "/index.json"))
   local idx = f:read("a")
   f:close()
@@ -285,11 +300,12 @@ if parts.growth then
       r.sync_s / n * 1e6, r.cpu / n * 1e6, int(n / r.sync_s), r.rss_mb, r.rss0_mb, r.kept_mb,
       f2(r.rss_mb / r.kept_mb), f2((r.rss_mb - r.rss0_mb) / r.kept_mb)))
   end
-  print("\n| objects | MODIFIED events (one burst, replayed) | s | events/s | client CPU us per event |")
-  print("|---:|---:|---:|---:|---:|")
+  print("\n| objects | MODIFIED events (one burst, replayed) | s | events/s | CPU s: Lua / I/O / scanner | client CPU us per event |")
+  print("|---:|---:|---:|---:|---:|---:|")
   for _, x in ipairs(rows) do
-    print(("| %s | %s | %s | %s | %.2f |"):format(int(x.n), int(x.ev), f3(x.r.events_s),
-      int(x.ev / x.r.events_s), x.r.ev_cpu / x.ev * 1e6))
+    local r = x.r
+    print(("| %s | %s | %s | %s | %s / %s / %s | %.2f |"):format(int(x.n), int(x.ev), f3(r.events_s),
+      int(x.ev / r.events_s), f2(r.ev_lua), f2(r.ev_io), f2(r.ev_scan), r.ev_cpu / x.ev * 1e6))
   end
   io.stdout:flush()
 end
@@ -304,7 +320,7 @@ if parts.idle then
   print(("\n## %d informers on one client, idle watches\n"):format(n))
   print("| informers | threads | synced s | idle s | CPU ms per idle s: Lua / I/O / scanner | RSS MB |")
   print("|---:|---:|---:|---:|---:|---:|")
-  print(("| %d | %d | %s | %s | %.2f / %.2f / %.2f | %.0f |"):format(n, r.threads, f3(r.sync_s),
+  print(("| %d | %d | %s | %s | %.3f / %.3f / %.3f | %.0f |"):format(n, r.threads, f3(r.sync_s),
     f2(r.idle_s), r.cpu_lua / r.idle_s * 1000, r.cpu_io / r.idle_s * 1000,
     r.cpu_scan / r.idle_s * 1000, r.rss_mb))
   io.stdout:flush()
