@@ -188,9 +188,11 @@ local function loadavg()
 end
 
 -- A server process started with `sh -c 'echo $$; exec ...'`: its pid and first output line.
+local started = {}
 local function start(cmd)
   local p = assert(io.popen("exec sh -c 'echo $$; exec " .. cmd .. "'"))
   local pid = p:read("l")
+  started[#started + 1] = pid
   local line = p:read("l")
   return { proc = p, pid = pid, line = line }
 end
@@ -272,6 +274,8 @@ local function server_base_kb()
   return kb
 end
 
+local idle_dir -- a recorded ConfigMap list the idle part may reuse
+
 if parts.growth then
   local base_kb = server_base_kb()
   local rows = {}
@@ -287,7 +291,7 @@ if parts.growth then
     assert(r.objects == n, ("synced %s objects of %d"):format(r.objects, n))
     assert(r.events == ev, ("%s events of %d"):format(r.events, ev))
     rows[#rows + 1] = { n = n, ev = ev, rec = rec, fl = fl, r = r }
-    os.execute("rm -rf " .. dir)
+    if not idle_dir and n <= 100000 then idle_dir = dir else os.execute("rm -rf " .. dir) end
   end
   print("\n## One informer, N ConfigMaps (replay of pages of 500; managedFields stripped)\n")
   print("| objects | list MB | fake server RSS per object | curl s | synced s | x curl | CPU s: Lua / I/O / scanner (all) | us per object: wall / client CPU | objects/s | peak RSS MB (before start) | JSON kept MB | RSS / JSON (growth / JSON) |")
@@ -312,11 +316,15 @@ end
 
 if parts.idle then
   local n, secs = tonumber(opts.informers), tonumber(opts.idle)
-  local dir = opts.dir .. "/idle"
-  record("--configmaps 1000", "/api/v1/configmaps", dir)
+  local dir = idle_dir
+  if not dir then
+    dir = opts.dir .. "/idle"
+    record("--configmaps 1000", "/api/v1/configmaps", dir)
+  end
   local rep = start("python3 bench/list_replay.py serve " .. dir)
   local r = run_child("idle", rep.line, n, secs)
   stop(rep)
+  os.execute("rm -rf " .. dir)
   print(("\n## %d informers on one client, idle watches\n"):format(n))
   print("| informers | threads | synced s | idle s | CPU ms per idle s: Lua / I/O / scanner | RSS MB |")
   print("|---:|---:|---:|---:|---:|---:|")
@@ -347,4 +355,6 @@ if parts.floor then
     f2(cpu / gb), r.rss_mb))
   os.execute("rm -rf " .. dir)
 end
+if idle_dir then os.execute("rm -rf " .. idle_dir) end
 print(("\nload average after: %s"):format(loadavg()))
+print(("servers started and stopped: %s"):format(table.concat(started, " ")))

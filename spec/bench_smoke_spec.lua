@@ -170,9 +170,15 @@ describe("bench/scale_bench.lua (smoke size)", function()
     assert.matches("| floor: curl of every page (one connection) |", out, 1, true)
     assert.matches("| kinformer informer, time to synced (stripped) |", out, 1, true)
     -- No server of the run is left (the fake servers and replays it started).
-    local left = io.popen("pgrep -f 'list_replay.py serve " .. dir .. "' ; pgrep -f 'configmaps 1000 --history'")
-    local pids = left:read("a")
-    left:close()
-    assert.are.equal("", pids)
+    local pids = out:match("servers started and stopped: ([%d ]+)")
+    assert.truthy(pids, out)
+    local n = 0
+    for pid in pids:gmatch("%d+") do
+      n = n + 1
+      local deadline = os.time() + 5
+      while alive(pid) and os.time() < deadline do os.execute("sleep 0.1") end
+      assert.is_false(alive(pid), "server " .. pid .. " still running")
+    end
+    assert.are.equal(6, n, out) -- growth: empty, fake, replay; idle: a replay of its list; floor: both
   end)
 end)
