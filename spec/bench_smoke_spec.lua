@@ -146,3 +146,39 @@ describe("bench/peers_bench.lua (--smoke)", function()
     end
   end)
 end)
+
+-- The scale benchmark (bench/scale_bench.lua, `make bench-scale`) at a tiny size: every part
+-- runs against its replay server and prints its tables; the servers it started are gone.
+describe("bench/scale_bench.lua (smoke size)", function()
+  it("runs growth, idle informers and the list floor at tiny sizes", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local cmd = ("cd %s && LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='build/lua5.4/?.so;;' "
+      .. "timeout -k 5 60 lua5.4 bench/scale_bench.lua --sizes=1000 --events=300 --informers=4 "
+      .. "--idle=0.3 --floor-pods=600 --dir=%s 2>&1; echo \"exit=$?\""):format(
+      quote(KINFORMER_ROOT), quote(dir))
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    p:close()
+    os.execute("rm -rf " .. quote(dir))
+    assert.are.equal(0, tonumber(out:match("exit=(%d+)%s*$")), out)
+    assert.matches("\n| 1,000 | 1 | ", out, 1, true)              -- the growth row
+    assert.matches("\n| 1,000 | 300 | ", out, 1, true)            -- its events row
+    assert.matches("## 4 informers on one client, idle watches", out, 1, true)
+    assert.matches("\n| 4 | ", out, 1, true)
+    assert.matches("## The list against a replay server: 600 pods, 2 pages of 500", out, 1, true)
+    assert.matches("| floor: curl of every page (one connection) |", out, 1, true)
+    assert.matches("| kinformer informer, time to synced (stripped) |", out, 1, true)
+    -- No server of the run is left (the fake servers and replays it started).
+    local pids = out:match("servers started and stopped: ([%d ]+)")
+    assert.truthy(pids, out)
+    local n = 0
+    for pid in pids:gmatch("%d+") do
+      n = n + 1
+      local deadline = os.time() + 5
+      while alive(pid) and os.time() < deadline do os.execute("sleep 0.1") end
+      assert.is_false(alive(pid), "server " .. pid .. " still running")
+    end
+    assert.are.equal(6, n, out) -- growth: empty, fake, replay; idle: a replay of its list; floor: both
+  end)
+end)

@@ -12,7 +12,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 
-from . import crds, impersonation, warning_headers
+from . import configmaps, crds, impersonation, warning_headers
 from .faults import Faults
 from .generate import Cluster
 from .handler import App, Handler
@@ -69,7 +69,10 @@ def parse_args(argv):
       help="a fault rule or a JSON list of rules (repeatable)")
     a("--pods", type=int, default=0, metavar="N",
       help="generate N realistic pods (~9 KB JSON each)")
-    a("--namespaces", type=int, default=10, metavar="K", help="namespaces for --pods (default 10)")
+    a("--configmaps", type=int, default=0, metavar="N",
+      help="generate N small ConfigMaps (~1 KB JSON each, fakeapi/configmaps.py)")
+    a("--namespaces", type=int, default=10, metavar="K",
+      help="namespaces for --pods and --configmaps (default 10)")
     a("--pods-per-deployment", type=int, default=100, metavar="N",
       help="Deployment size for --pods (default 100)")
     a("--sample-cluster", action="store_true",
@@ -196,6 +199,8 @@ def main(argv=None):
         cluster.sample_cluster()
     if opts.pods > 0:
         cluster.add_pods(opts.pods, opts.namespaces, opts.pods_per_deployment)
+    if opts.configmaps > 0:
+        configmaps.add_configmaps(store, opts.configmaps, opts.namespaces, opts.seed)
     # Everything generated so far lives as long as the server: keep the cyclic GC off it.
     gc.collect()
     gc.freeze()
