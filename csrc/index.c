@@ -113,6 +113,7 @@ kinf_err kinf_indexer_prepare_locked(kinf_indexer *ix, const kinf_values *vals)
                 return KINF_ENOMEM;
             memcpy(b->value, vals->v[i].ptr, vals->v[i].len + 1);
             b->len = vals->v[i].len;
+            b->version = 0; /* stamped by the commit that puts its first key */
             kinf_map_init(&b->keys);
             if (kinf_map_put(&ix->buckets, b->value, b->len, b) != KINF_OK) {
                 free(b);
@@ -125,12 +126,14 @@ kinf_err kinf_indexer_prepare_locked(kinf_indexer *ix, const kinf_values *vals)
     return KINF_OK;
 }
 
-static void drop_key_locked(kinf_indexer *ix, const kinf_str *value, const char *key, size_t key_len)
+static void drop_key_locked(kinf_indexer *ix, const kinf_str *value, const char *key,
+                            size_t key_len, uint64_t version)
 {
     kinf_bucket *b = kinf_map_get(&ix->buckets, value->ptr, value->len);
     if (b == NULL)
         return;
     kinf_map_remove(&b->keys, key, key_len);
+    b->version = version;
     if (b->keys.count == 0) {
         kinf_map_remove(&ix->buckets, b->value, b->len);
         kinf_map_free(&b->keys);
@@ -153,12 +156,12 @@ void kinf_indexer_sweep_locked(kinf_indexer *ix, const kinf_values *vals)
 }
 
 void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, void *item,
-                                const kinf_values *old, const kinf_values *new_)
+                                const kinf_values *old, const kinf_values *new_, uint64_t version)
 {
     if (old != NULL) {
         for (size_t i = 0; i < old->n; i++) {
             if (!kinf_values_have(new_, &old->v[i]))
-                drop_key_locked(ix, &old->v[i], key, key_len);
+                drop_key_locked(ix, &old->v[i], key, key_len, version);
         }
     }
     if (new_ != NULL) {
@@ -166,7 +169,17 @@ void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_le
             kinf_bucket *b = kinf_map_get(&ix->buckets, new_->v[i].ptr, new_->v[i].len);
             /* Room was reserved by prepare: put cannot fail here. */
             (void)kinf_map_put(&b->keys, key, key_len, item);
+            b->version = version;
         }
+    }
+}
+
+void kinf_indexer_touch_locked(kinf_indexer *ix, const kinf_values *vals, uint64_t version)
+{
+    for (size_t i = 0; vals != NULL && i < vals->n; i++) {
+        kinf_bucket *b = kinf_map_get(&ix->buckets, vals->v[i].ptr, vals->v[i].len);
+        if (b != NULL)
+            b->version = version;
     }
 }
 
@@ -174,6 +187,12 @@ const kinf_map *kinf_indexer_keys_locked(const kinf_indexer *ix, const char *val
 {
     const kinf_bucket *b = kinf_map_get(&ix->buckets, value, len);
     return b ? &b->keys : NULL;
+}
+
+uint64_t kinf_indexer_version_locked(const kinf_indexer *ix, const char *value, size_t len)
+{
+    const kinf_bucket *b = kinf_map_get(&ix->buckets, value, len);
+    return b ? b->version : 0;
 }
 
 kinf_err kinf_indexer_values_locked(const kinf_indexer *ix, kinf_values **out)

@@ -18,6 +18,7 @@
 #ifndef KINF_INDEX_H
 #define KINF_INDEX_H
 
+#include <stdint.h>
 #include <string.h>
 
 #include "map.h"
@@ -32,7 +33,8 @@ typedef struct kinf_indexer {
 } kinf_indexer;
 
 typedef struct kinf_bucket {
-    kinf_map keys; /* item key -> the store's item */
+    kinf_map keys;    /* item key -> the store's item */
+    uint64_t version; /* the store version of the last write that changed its keys or objects */
     size_t len;
     char value[];
 } kinf_bucket;
@@ -54,13 +56,18 @@ kinf_err kinf_indexer_compute(kinf_indexer *ix, kinf_index_fn fn, void *ud, kinf
 kinf_err kinf_indexer_prepare_locked(kinf_indexer *ix, const kinf_values *vals);
 /* Undoes a failed prepare: removes the empty buckets it may have created. */
 void kinf_indexer_sweep_locked(kinf_indexer *ix, const kinf_values *vals);
-/* Moves key (whose entry value is item) from the old values' buckets to the new ones'. Cannot
- * fail after kinf_indexer_prepare_locked(ix, new_). */
+/* Moves key (whose entry value is item) from the old values' buckets to the new ones' and stamps
+ * every bucket it touches (those that keep the key too) with version. Cannot fail after
+ * kinf_indexer_prepare_locked(ix, new_). */
 void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, void *item,
-                                const kinf_values *old, const kinf_values *new_);
+                                const kinf_values *old, const kinf_values *new_, uint64_t version);
+/* Stamps the buckets of vals with version: their keys stay, an object of theirs changed. */
+void kinf_indexer_touch_locked(kinf_indexer *ix, const kinf_values *vals, uint64_t version);
 
 /* The keys (key -> item) under value, or NULL when no key has it. */
 const kinf_map *kinf_indexer_keys_locked(const kinf_indexer *ix, const char *value, size_t len);
+/* The version of value's bucket; 0 when no key has the value. */
+uint64_t kinf_indexer_version_locked(const kinf_indexer *ix, const char *value, size_t len);
 /* Every value present in ix as one kinf_values (NULL when there are none). */
 kinf_err kinf_indexer_values_locked(const kinf_indexer *ix, kinf_values **out);
 

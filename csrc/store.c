@@ -133,6 +133,18 @@ static void write_end(kinf_store *s)
     pthread_mutex_unlock(&s->write_mu);
 }
 
+/* The version the write in progress stamps its changes with (write_mu held: only we change it). */
+static uint64_t next_version(kinf_store *s)
+{
+    return atomic_load_explicit(&s->version, memory_order_relaxed) + 1;
+}
+
+/* Publishes version v; caller holds write_mu and the data lock for writing. */
+static void publish_version_locked(kinf_store *s, uint64_t v)
+{
+    atomic_store_explicit(&s->version, v, memory_order_release);
+}
+
 /* ---- index values ---- */
 
 /* Computes obj's values for indexers [from, to). vals must hold to - from pointers. */
@@ -169,6 +181,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     item *it, *fresh = NULL;
     char msg[256] = "";
     int failed = 0;
+    uint64_t version;
     size_t n;
     kinf_err e;
 
@@ -236,6 +249,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         goto out_free_vals;
     }
     /* Commit: nothing below allocates. */
+    version = next_version(s);
     if (fresh != NULL) {
         it = fresh;
         (void)kinf_map_put(&s->items, it->key, it->key_len, it);
@@ -249,10 +263,13 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     for (size_t i = 0; i < n; i++) {
         kinf_values *old = it->values[i];
         if (kinf_values_equal(old, vals[i])) {
-            kinf_values_free(vals[i]); /* fast path: same values, indexes untouched */
+            /* Same values: the key stays where it is, only its object changes. */
+            kinf_indexer_touch_locked(s->indexers[i], old, version);
+            kinf_values_free(vals[i]);
             continue;
         }
-        kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, old, vals[i]);
+        kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, old, vals[i],
+                                   version);
         kinf_values_free(old);
         it->values[i] = vals[i];
     }
@@ -261,6 +278,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     else
         kinf_object_unref(it->obj);
     it->obj = kinf_object_ref(obj);
+    publish_version_locked(s, version);
     note_index_failure_locked(s, failed, msg);
     pthread_rwlock_unlock(&s->lock);
     write_end(s);
@@ -295,8 +313,11 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
     pthread_rwlock_wrlock(&s->lock);
     it = kinf_map_remove(&s->items, key, len);
     if (it != NULL) {
+        uint64_t version = next_version(s);
         for (size_t i = 0; i < it->nvalues && i < s->nindexers; i++)
-            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, it->values[i], NULL);
+            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, it->values[i],
+                                       NULL, version);
+        publish_version_locked(s, version);
     }
     pthread_rwlock_unlock(&s->lock);
     write_end(s);
@@ -313,7 +334,8 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
 /* Builds, with no lock held, complete items and bucket maps for objs; on success the caller
  * swaps them in. Index values come from the store's indexers (write_mu held). */
 static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n, kinf_map *items,
-                              kinf_map *buckets, int *failed, char *msg, size_t msglen)
+                              kinf_map *buckets, uint64_t version, int *failed, char *msg,
+                              size_t msglen)
 {
     size_t nix = s->nindexers;
     kinf_map_slot *sl;
@@ -360,7 +382,8 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
                 buckets[i] = tmp.buckets;
                 return e;
             }
-            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, it->values[i]);
+            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, it->values[i],
+                                       version);
         }
         buckets[i] = tmp.buckets;
     }
@@ -384,7 +407,7 @@ kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, c
         write_end(s);
         return KINF_ENOMEM;
     }
-    e = build_content(s, objs, n, &items, buckets, &failed, msg, sizeof(msg));
+    e = build_content(s, objs, n, &items, buckets, next_version(s), &failed, msg, sizeof(msg));
     if (e == KINF_OK) {
         /* Swap: the old content ends up in items/buckets and is freed below, unlocked. */
         kinf_map tmp;
@@ -397,6 +420,7 @@ kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, c
             s->indexers[i]->buckets = buckets[i];
             buckets[i] = tmp;
         }
+        publish_version_locked(s, next_version(s));
         note_index_failure_locked(s, failed, msg);
         pthread_rwlock_unlock(&s->lock);
     }
@@ -480,7 +504,8 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
         for (size_t i = 0; i < n; i++) {
             if (kinf_indexer_prepare_locked(fresh[i], vals[k][i]) != KINF_OK)
                 goto out;
-            kinf_indexer_commit_locked(fresh[i], it->key, it->key_len, it, NULL, vals[k][i]);
+            kinf_indexer_commit_locked(fresh[i], it->key, it->key_len, it, NULL, vals[k][i],
+                                       next_version(s));
         }
         grown = realloc(it->values, (old_n + n) * sizeof(*grown));
         if (grown == NULL)
@@ -502,6 +527,7 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
     for (size_t i = 0; i < n; i++)
         s->indexers[old_n + i] = fresh[i];
     s->nindexers = old_n + n;
+    publish_version_locked(s, next_version(s));
     for (size_t k = 0; k < nitems; k++) {
         for (size_t i = 0; i < n; i++)
             items[k]->values[old_n + i] = vals[k][i];
@@ -560,6 +586,22 @@ kinf_object *kinf_store_get(kinf_store *s, const char *key, size_t len)
         obj = kinf_object_ref(it->obj);
     pthread_rwlock_unlock(&s->lock);
     return obj;
+}
+
+uint64_t kinf_store_version(kinf_store *s)
+{
+    return atomic_load_explicit(&s->version, memory_order_acquire);
+}
+
+kinf_err kinf_store_index_version(kinf_store *s, const char *index, const char *value, size_t len,
+                                  uint64_t *out)
+{
+    kinf_indexer *ix;
+    pthread_rwlock_rdlock(&s->lock);
+    ix = kinf_store_find_indexer_locked(s, index);
+    *out = ix ? kinf_indexer_version_locked(ix, value, len) : 0;
+    pthread_rwlock_unlock(&s->lock);
+    return ix ? KINF_OK : KINF_ENOTFOUND;
 }
 
 size_t kinf_store_len(kinf_store *s)

@@ -34,6 +34,7 @@
 #define KINF_STORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kinf.h"
 #include "object.h"
@@ -94,6 +95,20 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
 /* Replace the whole content with objs[0..n) (later duplicates of a key win). */
 kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, char *errbuf,
                             size_t errlen);
+
+/*
+ * Versions, for callers that cache what they read (the Lua binding hands out the same arrays
+ * until their content changes). kinf_store_version grows with every write that changes the
+ * content, and is read without taking a lock. kinf_store_index_version (unknown index:
+ * KINF_ENOTFOUND) is the version of what by_index(index, value) returns: it changes whenever a
+ * key gains or loses the value or the object of a key that has it is replaced, and is 0 while no
+ * object has the value; a value that comes back gets a version it never had. Both only grow
+ * for the store's lifetime. Read the version before the content it describes: a result is then
+ * never older than the version it is cached under (at worst newer, which costs a re-read).
+ */
+uint64_t kinf_store_version(kinf_store *s);
+kinf_err kinf_store_index_version(kinf_store *s, const char *index, const char *value, size_t len,
+                                  uint64_t *out);
 
 /* Reads. get returns a new reference or NULL. */
 kinf_object *kinf_store_get(kinf_store *s, const char *key, size_t len);

@@ -25,6 +25,7 @@ struct kinf_store {
     atomic_long refs;
     pthread_mutex_t write_mu; /* error-checking: a re-entrant lock reports EDEADLK */
     pthread_rwlock_t lock;
+    _Atomic uint64_t version;   /* written under write_mu + lock; read with neither */
     kinf_map items;             /* [lock] */
     kinf_indexer **indexers;    /* [lock]; changed only with write_mu held too */
     size_t nindexers, cap_indexers;

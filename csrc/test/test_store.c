@@ -395,7 +395,9 @@ static void *reader(void *arg)
         kinf_object **objs, *o;
         size_t n;
         char node[16];
+        uint64_t sv = kinf_store_version(s), bv = 0, bv2 = 0;
         snprintf(node, sizeof(node), "n%d", r % 7);
+        CHECK(kinf_store_index_version(s, "by_node", node, strlen(node), &bv) == KINF_OK);
         if (kinf_store_by_index(s, "by_node", node, strlen(node), &objs, &n) == KINF_OK) {
             for (size_t i = 0; i < n; i++) {
                 kinf_str got = node_of(objs[i]);
@@ -404,6 +406,10 @@ static void *reader(void *arg)
             }
             kinf_objects_free(objs, n);
         }
+        /* Versions only grow (a value that comes back gets a new one). */
+        CHECK(kinf_store_index_version(s, "by_node", node, strlen(node), &bv2) == KINF_OK);
+        CHECK(bv2 == 0 || bv2 >= bv);
+        CHECK(kinf_store_version(s) >= sv);
         o = kinf_store_get(s, "ns/p3", 5);
         kinf_object_unref(o);
         if (kinf_store_list(s, &objs, &n) == KINF_OK)
@@ -446,10 +452,80 @@ static void writer_races_readers(void)
     kinf_store_unref(s);
 }
 
+static uint64_t ixver(kinf_store *s, const char *index, const char *value)
+{
+    uint64_t v = 99;
+    CHECK(kinf_store_index_version(s, index, value, strlen(value), &v) == KINF_OK);
+    return v;
+}
+
+/* A cached by_index result stays valid exactly while its value's version is unchanged: every
+ * write that changes what by_index returns changes the version, and no other value's. */
+static void versions_change_with_what_by_index_returns(void)
+{
+    kinf_store *s = new_store();
+    uint64_t v0 = kinf_store_version(s), n1, n2, a, gone;
+    kinf_object *o;
+
+    CHECK(ixver(s, "by_node", "n1") == 0); /* no object has it */
+    CHECK(kinf_store_index_version(s, "nope", "x", 1, &n1) == KINF_ENOTFOUND);
+    add(s, "a", "p1", "n1");
+    add(s, "b", "p2", "n2");
+    CHECK(kinf_store_version(s) > v0);
+    n1 = ixver(s, "by_node", "n1");
+    n2 = ixver(s, "by_node", "n2");
+    a = ixver(s, "namespace", "a");
+    CHECK(n1 != 0 && n2 != 0 && n2 > n1);
+
+    /* The object of a key changes, its values do not: its buckets change, the others do not. */
+    o = mkobj("a", "p1", "n1", "2");
+    CHECK(kinf_store_add(s, o, NULL, NULL, 0) == KINF_OK);
+    kinf_object_unref(o);
+    CHECK(ixver(s, "by_node", "n1") > n1);
+    CHECK(ixver(s, "namespace", "a") > a);
+    CHECK(ixver(s, "by_node", "n2") == n2);
+
+    /* A key moves from n1 to n2: both change; n1 is gone (0). */
+    n2 = ixver(s, "by_node", "n2");
+    add(s, "a", "p1", "n2");
+    CHECK(ixver(s, "by_node", "n1") == 0);
+    CHECK(ixver(s, "by_node", "n2") > n2);
+
+    /* A value that comes back never has a version it had before. */
+    gone = ixver(s, "by_node", "n2");
+    CHECK(kinf_store_delete(s, "a/p1", 4, NULL) == KINF_OK);
+    CHECK(kinf_store_delete(s, "b/p2", 4, NULL) == KINF_OK);
+    CHECK(ixver(s, "by_node", "n2") == 0);
+    add(s, "c", "p9", "n2");
+    CHECK(ixver(s, "by_node", "n2") > gone);
+
+    /* Deleting an absent key changes nothing. */
+    v0 = kinf_store_version(s);
+    CHECK(kinf_store_delete(s, "zz/zz", 5, NULL) == KINF_OK);
+    CHECK(kinf_store_version(s) == v0);
+
+    /* replace gives every value a new version; add_indexers moves the store version. */
+    n2 = ixver(s, "by_node", "n2");
+    o = mkobj("c", "p9", "n2", "3");
+    CHECK(kinf_store_replace(s, &o, 1, NULL, 0) == KINF_OK);
+    kinf_object_unref(o);
+    CHECK(ixver(s, "by_node", "n2") > n2);
+    CHECK(ixver(s, "by_node", "n2") == kinf_store_version(s));
+    v0 = kinf_store_version(s);
+    {
+        kinf_indexer_def def = {"by_node2", by_node, NULL};
+        CHECK(kinf_store_add_indexers(s, &def, 1, NULL, 0) == KINF_OK);
+    }
+    CHECK(kinf_store_version(s) > v0);
+    CHECK(ixver(s, "by_node2", "n2") == kinf_store_version(s));
+    kinf_store_unref(s);
+}
+
 TEST_MAIN(TEST(update_moves_keys_between_values), TEST(delete_removes_from_every_index),
           TEST(failing_index_function_keeps_store_consistent),
           TEST(write_from_index_function_is_refused), TEST(replace_rebuilds_indexes),
           TEST(add_indexers_indexes_existing_items_and_detects_conflicts),
           TEST(index_unions_values_and_rejects_unknown_index), TEST(tombstones_are_not_stored),
           TEST(select_narrows_by_namespace_and_indexes),
-          TEST(select_without_the_builtin_namespace_index), TEST(writer_races_readers))
+          TEST(select_without_the_builtin_namespace_index), TEST(writer_races_readers),
+          TEST(versions_change_with_what_by_index_returns))
