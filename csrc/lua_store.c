@@ -3,10 +3,11 @@
  *
  * The userdata's uservalue table holds [PINNED] record address -> table for every stored record
  * whose table was handed out or handed in (so repeated gets return the same table without
- * decoding), [BYKEY] key -> that same table for keys read with get_by_key (get's fast path: no
- * C call at all), and [FNS] slot -> Lua index function. Both caches lose a record's entry in
- * the write that replaces or removes it (unpin); replace empties them. Pinned entries are dropped in the same call
- * that removes their record from the store, before the record's last reference can go away.
+ * decoding), [FNS] slot -> Lua index function, [RESULTS] the arrays by_index, index_keys, list
+ * and list_keys hand out until their content changes (lua_results.c), and, under string keys,
+ * key -> the pinned table for every key get has handed out (get's fast path: no call into the
+ * core at all). Pinned tables and keys lose a record's entry in the write that replaces or
+ * removes it (unpin), before the record's last reference can go away; replace starts both anew.
  *
  * Index functions are called by the core during writes (and store:index) on this thread; each
  * call runs inside lua_pcall, so a raising index function can never unwind through the core
@@ -17,12 +18,14 @@
 #include <string.h>
 
 #include "lua_kinf.h"
+#include "lua_results.h"
 #include "lua_store.h"
 #include "store.h"
 
 #define KL_STORE_MT "kinformer.store"
 
-enum { PINNED = 1, FNS = 2, BYKEY = 3 };
+/* Integer slots of the uservalue table; its string keys are the keys get has handed out. */
+enum { PINNED = 1, FNS = 2, RESULTS = 3 };
 
 typedef struct lindex {
     struct lstore *owner;
@@ -194,18 +197,17 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     lua_rawgeti(L, uv, PINNED);
     kl_rawgetp(L, -1, obj);
     if (lua_isnil(L, -1)) {
-        /* Never handed out: nothing pinned, and BYKEY only holds keys of pinned records. */
+        /* Never handed out: nothing pinned, and only keys of pinned records are cached. */
         lua_pop(L, 2);
         return;
     }
     lua_pop(L, 1);
     lua_pushnil(L);
     kl_rawsetp(L, -2, obj);
-    lua_rawgeti(L, uv, BYKEY);
     lua_pushlstring(L, obj->key, obj->key_len);
     lua_pushnil(L);
-    lua_rawset(L, -3);
-    lua_pop(L, 2);
+    lua_rawset(L, uv);
+    lua_pop(L, 1);
 }
 
 void kl_store_unpin(lua_State *L, int idx, kinf_object *obj)
@@ -367,32 +369,26 @@ static int s_replace(lua_State *L)
     WITH_STATE(ls, L, err = kinf_store_replace(ls->store, g->objs, g->n, msg, sizeof(msg)));
     kl_guard_release(g);
     if (err == KINF_OK || err == KINF_EINDEX) {
+        /* A new uservalue table: the new pinned tables, no key handed out yet. */
+        lua_createtable(L, 3, 0);
         lua_pushvalue(L, 5);
-        lua_rawseti(L, 3, PINNED);
-        lua_newtable(L);
-        lua_rawseti(L, 3, BYKEY);
+        lua_rawseti(L, -2, PINNED);
+        lua_rawgeti(L, 3, FNS);
+        lua_rawseti(L, -2, FNS);
+        lua_rawgeti(L, 3, RESULTS);
+        lua_rawseti(L, -2, RESULTS);
+        kl_setuservalue(L, 1);
     }
     return write_result(L, "replace", err, msg);
 }
 
-static int s_get_by_key(lua_State *L)
+/* get's slow path: stack 1 store, 2 key (a string), 3 uservalue table. */
+static int get_slow(lua_State *L, lstore *ls)
 {
-    lstore *ls = check_store(L, 1);
     size_t len;
-    const char *key = luaL_checklstring(L, 2, &len);
-    kl_guard *g;
-    int uv;
+    const char *key = lua_tolstring(L, 2, &len);
+    kl_guard *g = kl_push_guard(L); /* 4; before taking a reference: pushing can raise */
 
-    lua_settop(L, 2);
-    uv = begin(L);
-    /* Fast path: the table handed out for this key, kept until a write replaces the record. */
-    lua_rawgeti(L, uv, BYKEY); /* 4 */
-    lua_pushvalue(L, 2);
-    lua_rawget(L, 4); /* 5 */
-    if (!lua_isnil(L, 5))
-        return 1;
-    lua_settop(L, 4);
-    g = kl_push_guard(L); /* 5; before taking a reference: pushing can raise */
     g->objs = g->one;
     g->objs[0] = kinf_store_get(ls->store, key, len);
     if (g->objs[0] == NULL) {
@@ -401,47 +397,89 @@ static int s_get_by_key(lua_State *L)
         return 1;
     }
     g->n = 1;
-    push_pinned(L, uv, g->objs[0]);
+    push_pinned(L, 3, g->objs[0]);
     kl_guard_release(g);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, -2);
-    lua_rawset(L, 4); /* bykey[key] = table */
+    lua_rawset(L, 3); /* uv[key] = table */
     return 1;
+}
+
+/* Looks key (a string at 2) up: the table handed out for it before, kept until a write replaces
+ * its record, or the record read from the core. */
+static int get_key(lua_State *L, lstore *ls)
+{
+    lua_settop(L, 2);
+    kl_getuservalue(L, 1); /* 3 */
+    lua_pushvalue(L, 2);
+    lua_rawget(L, 3); /* 4 */
+    if (!lua_isnil(L, 4))
+        return 1;
+    lua_settop(L, 3);
+    return get_slow(L, ls);
+}
+
+static int s_get_by_key(lua_State *L)
+{
+    lstore *ls = check_store(L, 1);
+    luaL_checkstring(L, 2); /* a number becomes its string, in place */
+    return get_key(L, ls);
+}
+
+/* get's argument check, the hottest in the store: the metatable against the one kept as the
+ * function's upvalue instead of luaL_checkudata's registry lookup by name. */
+static lstore *check_store_fast(lua_State *L)
+{
+    lstore *ls = lua_touserdata(L, 1);
+    if (ls != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+        if (same && ls->store != NULL)
+            return ls;
+    }
+    return check_store(L, 1); /* raises: not a store (luaL_checkudata's message), or closed */
 }
 
 static int s_get(lua_State *L)
 {
     char msg[160];
-    check_store(L, 1);
-    lua_settop(L, 2);
+    lstore *ls = check_store_fast(L);
     if (lua_type(L, 2) == LUA_TSTRING)
-        return s_get_by_key(L); /* get(key) */
+        return get_key(L, ls); /* get(key) */
+    lua_settop(L, 2);
     if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg)))
         return kl_fail(L, KINF_ENOKEY, msg);
     lua_replace(L, 2);
-    return s_get_by_key(L);
+    return get_key(L, ls);
 }
 
 static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
 {
     lstore *ls = check_store(L, 1);
-    const char *index = luaL_checkstring(L, 2);
-    size_t len;
-    const char *value = luaL_checklstring(L, 3, &len);
-    kl_guard *g;
-    kinf_err err;
     int uv;
 
+    luaL_checkstring(L, 2);
+    luaL_checkstring(L, 3);
     lua_settop(L, 3);
-    uv = begin(L);
-    g = kl_push_guard(L);
-    err = sorted_keys ? kinf_store_index_keys(ls->store, index, value, len, &g->objs, &g->n)
-                      : kinf_store_by_index(ls->store, index, value, len, &g->objs, &g->n);
-    if (err == KINF_ENOTFOUND)
-        return kl_argerror(L, 1, fname, "index '%s' does not exist", index);
-    if (err != KINF_OK)
-        return kl_fail(L, err, NULL);
-    return push_objects(L, uv, g, sorted_keys);
+    uv = begin(L); /* 4 */
+    lua_rawgeti(L, uv, RESULTS); /* 5 */
+    return kl_results_indexed(L, ls->store, 1, 5, 2, 3, sorted_keys, fname);
+}
+
+int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only)
+{
+    kinf_store *s = check_store(L, idx)->store;
+    int cache;
+    idx = kl_absindex(L, idx);
+    namespace_idx = namespace_idx ? kl_absindex(L, namespace_idx) : 0;
+    kl_getuservalue(L, idx);
+    lua_rawgeti(L, -1, RESULTS);
+    cache = lua_gettop(L);
+    if (namespace_idx == 0)
+        return kl_results_all(L, s, idx, cache, keys_only);
+    lua_pushliteral(L, KINF_NAMESPACE_INDEX);
+    return kl_results_indexed(L, s, idx, cache, lua_gettop(L), namespace_idx, keys_only,
+                              keys_only ? "list_keys" : "list");
 }
 
 static int s_by_index(lua_State *L)
@@ -675,12 +713,12 @@ int kl_new_store(lua_State *L)
     lua_createtable(L, 3, 0);
     lua_newtable(L);
     lua_rawseti(L, -2, PINNED);
+    kl_results_new(L);
+    lua_rawseti(L, -2, RESULTS);
     lua_newtable(L);
     lua_pushvalue(L, -1);
     ls->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_rawseti(L, -2, FNS);
-    lua_newtable(L);
-    lua_rawseti(L, -2, BYKEY);
     kl_setuservalue(L, 2);
     ls->store = kinf_store_new(with_ns, &err);
     if (ls->store == NULL)
@@ -733,4 +771,11 @@ static const luaL_Reg META[] = {
 void kl_open_store(lua_State *L)
 {
     kl_new_class(L, KL_STORE_MT, METHODS, META);
+    /* get again, with the metatable as its upvalue (check_store_fast). */
+    luaL_getmetatable(L, KL_STORE_MT);
+    lua_getfield(L, -1, "__index");
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, s_get, 1);
+    lua_setfield(L, -2, "get");
+    lua_pop(L, 2);
 }

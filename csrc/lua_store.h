@@ -28,6 +28,11 @@ struct kinf_store *kl_check_store(lua_State *L, int idx);
  * Returns 1. */
 int kl_store_push_objects(lua_State *L, int idx, struct kl_guard *g, int keys_only);
 
+/* Pushes what list() / list_keys() return for the whole store (namespace_idx 0) or for the
+ * namespace string at namespace_idx (through the built-in namespace index, which the store must
+ * have): the store's cached array while its content is unchanged (lua_results.c). Returns 1. */
+int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only);
+
 /* store:list(opts) and store:list_keys(opts) (lua_store_query.c). */
 int kl_store_list(lua_State *L);
 int kl_store_list_keys(lua_State *L);

@@ -116,6 +116,15 @@ static int list_common(lua_State *L, const char *fname, int keys_only)
             kl_argerror(L, 1, fname, "options table expected, got %s", luaL_typename(L, 2));
         read_options(L, s, fname, &q, &selector, &selector_len);
     }
+    /* Everything, or one namespace: the arrays the store keeps until they change. */
+    if (selector == NULL && q.nmatches == 0) {
+        if (q.namespace_.len == 0)
+            return kl_store_push_listed(L, 1, 0, keys_only);
+        if (kinf_store_has_index(s, KINF_NAMESPACE_INDEX)) {
+            lua_getfield(L, 2, "namespace");
+            return kl_store_push_listed(L, 1, -1, keys_only);
+        }
+    }
     g = kl_push_guard(L); /* owns the parsed selector and the results from here on */
     if (selector != NULL) {
         kinf_labelselector *sel = NULL;

@@ -38,6 +38,7 @@ BIND_SRC += csrc/lua_guard.c
 BIND_SRC += csrc/lua_decode.c
 BIND_SRC += csrc/lua_store.c
 BIND_SRC += csrc/lua_store_query.c
+BIND_SRC += csrc/lua_results.c
 BIND_SRC += csrc/lua_fifo.c
 BIND_SRC += csrc/lua_client.c
 BIND_SRC += csrc/lua_informer.c

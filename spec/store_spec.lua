@@ -644,6 +644,106 @@ describe("store", function()
       assert.is_false(ok)
       assert.matches("closed", err, 1, true)
       assert.has_error(function() store:get_by_key("a") end)
+      assert.has_error(function() store:get("a") end, "kinformer: store is closed")
+      local other = kinformer.store()
+      assert.has_error(function() other.get({}, "a") end)
+      assert.has_error(function() other.get(kinformer.delta_fifo(), "a") end)
+    end)
+  end)
+
+  describe("arrays handed out again until they change", function()
+    local function mkstore()
+      local store = kinformer.store{ indexers = { by_val = function(o) return { o.val } end } }
+      for _, o in ipairs{ mk("p", "1"), mk("q", "1"), mk("r", "2") } do store:add(o) end
+      store:add(pod("a", { namespace = "x" }))
+      store:add(pod("c", { namespace = "y" }))
+      return store
+    end
+
+    it("by_index and index_keys: the same array until a write changes what it holds", function()
+      local store = mkstore()
+      local one, keys1, two = store:by_index("by_val", "1"), store:index_keys("by_val", "1"),
+        store:by_index("by_val", "2")
+      assert.same({ "p", "q" }, names(one))
+      assert.is_true(rawequal(one, store:by_index("by_val", "1")))
+      assert.is_true(rawequal(keys1, store:index_keys("by_val", "1")))
+      -- A write under another value leaves them as they are.
+      store:add(mk("s", "2"))
+      assert.is_true(rawequal(one, store:by_index("by_val", "1")))
+      assert.is_true(rawequal(keys1, store:index_keys("by_val", "1")))
+      local two_now = store:by_index("by_val", "2")
+      assert.is_false(rawequal(two, two_now))
+      assert.same({ "r", "s" }, names(two_now))
+      assert.same({ "r" }, names(two)) -- an array handed out never changes
+      -- An object under the value replaced, its values the same: a new array holding its new
+      -- table.
+      local p2 = mk("p", "1")
+      store:update(p2)
+      local one_now = store:by_index("by_val", "1")
+      assert.is_false(rawequal(one, one_now))
+      local found = false
+      for _, o in ipairs(one_now) do found = found or rawequal(o, p2) end
+      assert.is_true(found)
+      -- A key leaving the value, then deleted.
+      store:update(mk("q", "3"))
+      assert.same({ "p" }, names(store:by_index("by_val", "1")))
+      assert.same({ "p" }, store:index_keys("by_val", "1"))
+      store:delete(mk("p"))
+      assert.same({}, store:by_index("by_val", "1"))
+      assert.same({}, store:index_keys("by_val", "1"))
+      -- The value comes back.
+      store:add(mk("t", "1"))
+      assert.same({ "t" }, store:index_keys("by_val", "1"))
+    end)
+
+    it("list and list_keys: the same array until any write; list{ namespace } as by_index", function()
+      local store = mkstore()
+      local all, keys = store:list(), store:list_keys()
+      assert.is_true(rawequal(all, store:list()))
+      assert.is_true(rawequal(all, store:list{}))
+      assert.is_true(rawequal(keys, store:list_keys()))
+      assert.is_true(rawequal(store:by_index("namespace", "x"), store:list{ namespace = "x" }))
+      assert.is_true(rawequal(store:index_keys("namespace", "x"), store:list_keys{ namespace = "x" }))
+      store:add(pod("b", { namespace = "x" }))
+      assert.is_false(rawequal(all, store:list()))
+      assert.equal(6, #store:list())
+      assert.equal(6, #store:list_keys())
+      assert.same({ "x/a", "x/b" }, store:list_keys{ namespace = "x" })
+      -- A selector is answered afresh each time.
+      assert.is_false(rawequal(store:list{ label_selector = "" }, store:list{ label_selector = "" }))
+      -- replace: everything anew.
+      local before = store:by_index("by_val", "2")
+      store:replace({ mk("r", "2") })
+      assert.is_false(rawequal(before, store:by_index("by_val", "2")))
+      assert.same({ "r" }, store:list_keys())
+    end)
+
+    it("arrays are read-only: adding raises, a changed length is rebuilt, not handed out", function()
+      local store = mkstore()
+      local one = store:by_index("by_val", "1")
+      local err = select(2, pcall(function() one[#one + 1] = "x" end))
+      assert.matches("read-only", err, 1, true)
+      assert.equal("kinformer: read-only", getmetatable(one))
+      assert.has_error(function() setmetatable(one, nil) end)
+      rawset(one, 3, "x")
+      local again = store:by_index("by_val", "1")
+      assert.is_false(rawequal(one, again))
+      assert.same({ "p", "q" }, names(again))
+      local keys = store:list_keys()
+      table.remove(keys)
+      assert.equal(5, #store:list_keys())
+    end)
+
+    it("keeps no array nobody holds: values never asked again cost nothing", function()
+      local store = mkstore()
+      local probe = setmetatable({}, { __mode = "v" })
+      probe[1], probe[2], probe[3] = store:by_index("by_val", "1"), store:list(), store:index_keys("by_val", "2")
+      collectgarbage("collect")
+      collectgarbage("collect")
+      assert.is_nil(probe[1])
+      assert.is_nil(probe[2])
+      assert.is_nil(probe[3])
+      assert.same({ "p", "q" }, store:index_keys("by_val", "1"))
     end)
   end)
 
