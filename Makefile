@@ -155,6 +155,11 @@ bench-core: lua54 $(BUILD)/bench/fifo_bench
 	$(BUILD)/bench/fifo_bench 1000000 1000
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/store_bench.lua $(BENCH_N)
 .PHONY: bench-core
+# Reads of a 100k-object store on Lua 5.4 and on LuaJIT (no server): bench/lookups_bench.lua.
+bench-lookups: all
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/lookups_bench.lua $(BENCH_N)
+	$(if $(LUAJIT_CFLAGS),LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/luajit/?.so;;' luajit bench/lookups_bench.lua $(BENCH_N))
+.PHONY: bench-lookups
 bench-reflector: lua54
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/reflector_bench.lua $(BENCH_PODS) $(BENCH_EVENTS)
 BENCH_PODS ?= 100000

@@ -213,6 +213,19 @@ if arg[1] == "--child" then
     until gettime() - t >= budget
     out.idx_s, out.idx_n, out.idx_objs, out.namespaces = gettime() - t, calls, objs, #nss
     out.idx_cpu = os.clock() - c
+    -- The same for index_keys(ns), list() and list_keys(), each for about `budget` s.
+    local function calls_per_s(fn)
+      fn()
+      local n, t0 = 0, gettime()
+      repeat
+        for _ = 1, 16 do fn(); n = n + 1 end
+      until gettime() - t0 >= budget
+      return n / (gettime() - t0)
+    end
+    local k = 0
+    out.keys_rate = calls_per_s(function() k = k % #nss + 1; return store:index_keys("namespace", nss[k]) end)
+    out.list_rate = calls_per_s(function() return store:list() end)
+    out.list_keys_rate = calls_per_s(function() return store:list_keys() end)
     out.rss_mb = peak_rss_mb()
   end
   out.handler_errors = inf:status().handler_errors

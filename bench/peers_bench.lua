@@ -20,9 +20,13 @@
 --   S2 --events MODIFIED events released as one burst at each --s2-pods size: events/s with no
 --      handler and with a handler reading metadata; handler latency p50/p99 at each --latency
 --      rate (touched-at annotation set by the server -> handler)
---   S3 get / by_index (client-node: get / list(namespace)) calls/s at the largest size
+--   S3 get, by_index, index_keys, list, list_keys (client-node: get, list(namespace), list())
+--      calls/s at the largest size
 --   S4 relist after a watch ERROR 410 at the largest size: peak RSS over steady RSS
+--   S3 also runs bench/lookups_bench.lua (no server) on Lua 5.4 and LuaJIT, its output included
 --   S5 bench/openresty_bench.lua (the OpenResty routing overhead), its tables included
+--   S6 bench/scale_bench.lua at --s6-sizes (growth, idle informers, the list floor), its output
+--   S7 bench/objects_bench.lua on LuaJIT (cached objects' memory), its output
 --
 -- kinformer children: bench/informer_bench.lua --child (sync, events, lookup) and this file's
 -- --child modes (decode, latency, relist); client-node children: bench/peers/client-node/bench.mjs.
@@ -183,9 +187,9 @@ end
 
 local OPT = {
   runs = "3", pods = "10000,100000", events = "200000", ["s2-pods"] = "10000,100000",
-  latency = "1000:5000,10000:30000", scenarios = "S1,S2,S3,S4,S5", profile = "missed",
+  latency = "1000:5000,10000:30000", scenarios = "S1,S2,S3,S4,S5,S6,S7", profile = "missed",
   out = "bench/RESULTS.md", png = "bench/results.png", data = "build/bench/results",
-  s5 = "5 7 2000 20000", page = "1000",
+  s5 = "5 7 2000 20000", page = "1000", ["s6-sizes"] = "10000,100000",
 }
 for i = 1, #arg do
   local k, v = arg[i]:match("^%-%-([%w%-]+)=(.*)$")
@@ -517,6 +521,7 @@ local function measure_size(p, srv)
             add("S3/cn/get", r.get_n / r.get_s)
             add("S3/cn/idx", r.idx_n / r.idx_s)
             add("S3/cn/idx_objs", r.idx_objs / r.idx_s)
+            add("S3/cn/list", r.list_rate)
           end
           if do_s4 then
             assert(r.relist_objects == p, "client-node relist: " .. tostring(r.relist_objects))
@@ -535,6 +540,9 @@ local function measure_size(p, srv)
       add("S3/kinf/get", r.get_n / r.get_s)
       add("S3/kinf/idx", r.idx_n / r.idx_s)
       add("S3/kinf/idx_objs", r.idx_objs / r.idx_s)
+      add("S3/kinf/keys", r.keys_rate)
+      add("S3/kinf/list", r.list_rate)
+      add("S3/kinf/list_keys", r.list_keys_rate)
       R["S3/namespaces"] = { r.namespaces }
     end
     if do_s4 then
@@ -646,6 +654,23 @@ local function evaluate_size(p, srv)
         "name", miss:match("strip") ~= nil, srv.url, EVENTS)
     end
   end
+  if SCEN.S3 and p == BIG and med("S3/cn/get") and med("S3/kinf/get") then
+    -- Each kinformer read against client-node's nearest call: get, list(ns), list().
+    for _, c in ipairs{
+      { "get", "get", "get(key)", "get" },
+      { "idx", "idx", "by_index(\"namespace\", ns)", "list(ns)" },
+      { "keys", "idx", "index_keys(\"namespace\", ns)", "list(ns)" },
+      { "list", "list", "list()", "list()" },
+      { "list_keys", "list", "list_keys()", "list()" },
+    } do
+      local k, n = med("S3/kinf/" .. c[1]), med("S3/cn/" .. c[2])
+      if k and n then
+        target("S3-" .. c[1], ("S3 %s: %s at least as many calls/s as client-node's %s"):format(
+          pods_label(p), c[3], c[4]), ("%.2fx (%s vs %s calls/s)"):format(k / n, fmt_int(k),
+          fmt_int(n)), k >= n)
+      end
+    end
+  end
   if SCEN.S4 and p == BIG and med("S4/kinf/ratio") then
     local r = med("S4/kinf/ratio")
     target("S4-rss", ("S4 %s: relist after a 410, peak RSS at most 1.2x steady"):format(pods_label(p)),
@@ -656,6 +681,47 @@ local function evaluate_size(p, srv)
     profile("smoke", ("S1 sync of %s (profile path exercised by --smoke)"):format(pods_label(p)),
       "sync", "none", true, srv.url, 0)
   end
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Scripts whose own output the page shows as it is: S3 without a server
+-- (bench/lookups_bench.lua on Lua 5.4 and LuaJIT), S6 growth and the list floor
+-- (bench/scale_bench.lua), S7 cached objects on LuaJIT (bench/objects_bench.lua).
+local EMBED = {}
+local function run_embedded(id, kind, cmd)
+  note_command(kind, cmd)
+  log("%s: %s", kind, cmd)
+  local out = sh(cmd .. " 2>&1; echo \"exit=$?\"")
+  local rc = tonumber(out:match("exit=(%d+)%s*$"))
+  if rc ~= 0 then error(kind .. " failed (exit " .. tostring(rc) .. "):\n" .. out) end
+  EMBED[id] = EMBED[id] or {}
+  table.insert(EMBED[id], (out:gsub("exit=%d+%s*$", "")))
+end
+
+local function have_luajit()
+  return trim(sh("command -v luajit 2>/dev/null")) ~= ""
+end
+
+local function run_lookups()
+  for _, rt in ipairs{ { LUA, "lua5.4" }, { "luajit", "luajit" } } do
+    if rt[2] == "lua5.4" or have_luajit() then
+      run_embedded("S3", "S3 lookups, " .. rt[2], ("LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+        .. "LUA_CPATH='build/%s/?.so;;' %s bench/lookups_bench.lua %d%s"):format(rt[2], rt[1],
+        BIG, OPT.smoke and " 0.02" or ""))
+    end
+  end
+end
+
+local function run_growth()
+  run_embedded("S6", "S6 growth", ("LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+    .. "LUA_CPATH='build/lua5.4/?.so;;' %s bench/scale_bench.lua --sizes=%s --runs=%s "
+    .. "--dir=build/bench/scale"):format(LUA, OPT["s6-sizes"], OPT.runs))
+end
+
+local function run_objects()
+  if not have_luajit() then return end
+  run_embedded("S7", "S7 objects on LuaJIT", "LUA_PATH='lua/?.lua;lua/?/init.lua;;' "
+    .. "LUA_CPATH='build/luajit/?.so;;' luajit bench/objects_bench.lua 2000 100000")
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -777,8 +843,8 @@ local function write_data()
   write_dat("s3.dat", {
     { title = "kinformer", key = function(g) return "S3/kinf/" .. g.m end, scale = 1e-6 },
     { title = "client-node", key = function(g) return "S3/cn/" .. g.m end, scale = 1e-6 },
-  }, { { label = "get(key)", m = "get" }, { label = "by_index(ns): calls", m = "idx" },
-       { label = "by_index(ns): objects", m = "idx_objs" } })
+  }, { { label = "get(key)", m = "get" }, { label = "by_index(ns)", m = "idx" },
+       { label = "list()", m = "list" } })
   write_dat("s4.dat", {
     { title = "steady (after sync)", key = function(g) return "S4/" .. g.id .. "/steady" end },
     { title = "peak during the relist", key = function(g) return "S4/" .. g.id .. "/peak" end },
@@ -828,9 +894,9 @@ local function draw_chart()
     sub[4] = ("p99 at %s/s: kinformer %.1f ms, client-node %.1f ms"):format(fmt_int(l.rate),
       med("LAT/" .. l.rate .. "/kinf/p99"), med("LAT/" .. l.rate .. "/cn/p99"))
   end
-  if med("S3/cn/get") then
-    sub[5] = ("get: kinformer %.1f M/s, client-node %.1f M/s"):format(med("S3/kinf/get") / 1e6,
-      med("S3/cn/get") / 1e6)
+  if med("S3/cn/get") and med("S3/cn/idx") then
+    sub[5] = ("by namespace: kinformer %.0fx client-node's calls/s"):format(med("S3/kinf/idx") /
+      med("S3/cn/idx"))
   end
   if med("S4/kinf/ratio") then
     sub[6] = ("peak / steady: kinformer %.2fx (target 1.2x)%s"):format(med("S4/kinf/ratio"),
@@ -902,13 +968,6 @@ informer's store holds at the same resourceVersion shares the stored record (rec
 immutable and reference-counted, csrc/object.h), so a relist of an unchanged cache costs the
 pointer array and the changed objects; a relist after many changes holds a new copy of each
 changed object next to the cache's until the replace.]],
-  ["S3-note"] = [[
-**S3 has no target, but `by_index` is the one lookup where client-node is ahead** (see the S3
-table: objects/s): `informer.list(ns)` copies references out of a Map, while kinformer's
-`by_index` (csrc/lua_store.c) collects a counted reference to every record of the index entry
-under the store's lock, then finds each record's Lua table (`push_pinned`) for a new array. A
-result array cached per (index, value), invalidated by a generation counter the dispatch bumps
-when that index entry changes, would make a repeated call one table copy.]],
 }
 
 -- ---------------------------------------------------------------------------------------------
@@ -1047,17 +1106,30 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
     w("## S3: lookups")
     w()
     w(("Calls per second on a synced cache of %s (kinformer: managedFields stripped; warm: "
-      .. "every object was fetched once before). kinformer `store:get(key)` and "
-      .. "`store:by_index(\"namespace\", ns)`; client-node `informer.get(name, namespace)` and "
-      .. "`informer.list(namespace)`, the nearest it has to an index. %d namespaces."):format(
-        pods_label(BIG), (R["S3/namespaces"] or { 0 })[1]))
+      .. "every object was fetched once before, every result asked for once). %d namespaces. "
+      .. "kinformer hands out the same read-only array until a watch event changes what it holds "
+      .. "([docs/api.md](../docs/api.md#arrays-are-shared)); client-node's `list` copies its "
+      .. "Map into a new array per call."):format(pods_label(BIG), (R["S3/namespaces"] or { 0 })[1]))
     w()
-    w("| | kinformer | client-node |")
-    w("|---|---:|---:|")
-    w(("| get, calls/s | %s | %s |"):format(cell("S3/kinf/get", "int"), cell("S3/cn/get", "int")))
-    w(("| by namespace, calls/s | %s | %s |"):format(cell("S3/kinf/idx", "int"), cell("S3/cn/idx", "int")))
-    w(("| by namespace, objects/s | %s | %s |"):format(cell("S3/kinf/idx_objs", "int"), cell("S3/cn/idx_objs", "int")))
+    w("| kinformer call | calls/s | client-node's nearest | calls/s |")
+    w("|---|---:|---|---:|")
+    w(("| `store:get(key)` | %s | `informer.get(name, namespace)` | %s |"):format(cell("S3/kinf/get", "int"), cell("S3/cn/get", "int")))
+    w(("| `store:by_index(\"namespace\", ns)` | %s | `informer.list(namespace)` | %s |"):format(cell("S3/kinf/idx", "int"), cell("S3/cn/idx", "int")))
+    w(("| `store:index_keys(\"namespace\", ns)` | %s | `informer.list(namespace)` | %s |"):format(cell("S3/kinf/keys", "int"), cell("S3/cn/idx", "int")))
+    w(("| `store:list()` | %s | `informer.list()` | %s |"):format(cell("S3/kinf/list", "int"), cell("S3/cn/list", "int")))
+    w(("| `store:list_keys()` | %s | `informer.list()` | %s |"):format(cell("S3/kinf/list_keys", "int"), cell("S3/cn/list", "int")))
     w()
+    if EMBED.S3 then
+      w("The request-path shape and reads while the store is written, on both runtimes, without a "
+        .. "server (`bench/lookups_bench.lua`, [bench/README.md](README.md#lookups)):")
+      w()
+      for _, out in ipairs(EMBED.S3) do
+        w("```")
+        w(trim(out))
+        w("```")
+        w()
+      end
+    end
   end
 
   if SCEN.S4 then
@@ -1102,6 +1174,30 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
     w()
   end
 
+  local function embedded(id, title, intro)
+    if not EMBED[id] then return end
+    w("## " .. title)
+    w()
+    w(intro)
+    w()
+    for _, out in ipairs(EMBED[id]) do
+      w("```")
+      w(trim(out))
+      w("```")
+      w()
+    end
+  end
+  embedded("S6", "S6: growth to many objects, idle informers, the list against a replay server",
+    "`bench/scale_bench.lua` (ConfigMaps of ~0.8 KB kept; the list recorded from the fake server "
+    .. "and served with `sendfile` by `bench/list_replay.py`, so the client is measured, not "
+    .. "Python; targets: time per object within 1.5x from 10k up, RSS at most 1.3x the JSON "
+    .. "kept). A million objects: `make bench-scale BENCH_SCALE_SIZES=10000,100000,1000000` "
+    .. "(about 4 GB of RAM). How to read it: [bench/README.md](README.md#growth-a-million-objects-and-50-informers-make-bench-scale).")
+  embedded("S7", "S7: cached objects on LuaJIT",
+    "`bench/objects_bench.lua 2000 100000` on LuaJIT (OpenResty's runtime): the memory a cache "
+    .. "of lazily decoded objects costs against the JSON it keeps, and the CPU time of a routing "
+    .. "field's read (target: at most 2x the JSON; [docs/informer.md](../docs/informer.md#objects)).")
+
   local missed = {}
   for _, t in ipairs(TARGETS) do if not t.ok then missed[t.id] = true end end
   if #PROFILES > 0 then
@@ -1124,8 +1220,6 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
   for _, id in ipairs{ "S1-floor", "S1-speed", "S1-rss", "S2-rate", "S4-rss" } do
     if missed[id] then notes[#notes + 1] = trim(FIXES[id]) end
   end
-  local ko, co = med("S3/kinf/idx_objs"), med("S3/cn/idx_objs")
-  if ko and co and ko < co then notes[#notes + 1] = trim(FIXES["S3-note"]) end
   w("## Closing note")
   w()
   if #notes == 0 then
@@ -1165,6 +1259,7 @@ local function rewrite_page()
   R, PROFILES, TARGETS = SAVED.R, SAVED.PROFILES, SAVED.TARGETS
   COMMANDS, COMMAND_ORDER, S5 = SAVED.COMMANDS, SAVED.COMMAND_ORDER, SAVED.S5
   if S5 == cjson.null then S5 = nil end
+  EMBED = SAVED.EMBED ~= cjson.null and SAVED.EMBED or {}
   write_data()
   local chart_note = draw_chart()
   write_page(SAVED.v, SAVED.load_start, SAVED.load_end, chart_note, SAVED.minutes)
@@ -1196,6 +1291,9 @@ local function main()
     evaluate_size(p, srv)
     stop_server(srv)
   end
+  if SCEN.S3 then run_lookups() end
+  if SCEN.S6 then run_growth() end
+  if SCEN.S7 then run_objects() end
   if SCEN.S5 then run_s5() end
   write_data()
   local chart_note = draw_chart()
@@ -1205,7 +1303,7 @@ local function main()
   for i = 1, #arg do argv[i] = arg[i] end
   local f = assert(io.open(OPT.data .. "/state.json", "w"))
   f:write(cjson.encode{ R = R, PROFILES = PROFILES, TARGETS = TARGETS, COMMANDS = COMMANDS,
-    COMMAND_ORDER = COMMAND_ORDER, S5 = S5 or cjson.null, v = v, load_start = load_start,
+    COMMAND_ORDER = COMMAND_ORDER, S5 = S5 or cjson.null, EMBED = next(EMBED) and EMBED or cjson.null, v = v, load_start = load_start,
     load_end = load_end, minutes = minutes, argv = argv })
   f:close()
   write_page(v, load_start, load_end, chart_note, minutes)

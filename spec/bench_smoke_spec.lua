@@ -89,7 +89,9 @@ describe("bench/peers_bench.lua (--smoke)", function()
       assert.matches(row:gsub("%p", "%%%0") .. "%d", page)
     end
     assert.matches("| 200 | 200 | %d[%d.]* | %d", page)              -- latency, kinformer
-    assert.matches("| get, calls/s | %d", page)
+    assert.matches("| `store:get%(key%)` | %d", page)
+    assert.matches("| `store:list_keys%(%)` | %d", page)
+    assert.matches("| by_index%(\"service\", svc%), %d+ services of 1%-10 pods | 1%-10 | %d", page)
     assert.matches("| kinformer | %d+ | %d+ | %d%.%d%d | ", page)      -- S4
     -- A profile, or the reason there is none.
     assert.truthy(page:match("## Where the time goes\n") or out:match("perf is not installed"), page)

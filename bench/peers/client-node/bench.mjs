@@ -154,6 +154,15 @@ async function modeSync(opts) {
     out.idx_s = now() - t;
     out.idx_n = calls;
     out.idx_objs = objs;
+    // list(): every object.
+    informer.list();
+    calls = 0;
+    t = now();
+    do {
+      objs += informer.list().length;
+      calls++;
+    } while (now() - t < budget);
+    out.list_rate = calls / (now() - t);
     out.namespaces = nss.length;
   }
 
