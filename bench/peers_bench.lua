@@ -1121,7 +1121,7 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
     w()
     if EMBED.S3 then
       w("The request-path shape and reads while the store is written, on both runtimes, without a "
-        .. "server (`bench/lookups_bench.lua`, [bench/README.md](README.md#lookups)):")
+        .. "server (`bench/lookups_bench.lua`, [bench/README.md](README.md#lookups-make-bench-lookups)):")
       w()
       for _, out in ipairs(EMBED.S3) do
         w("```")
