@@ -19,7 +19,7 @@ static uint64_t mix(uint64_t x)
 }
 
 /* Word-at-a-time multiply-mix hash; keys are short (namespace/name, label values). */
-static uint64_t hash_bytes(uint64_t seed, const char *p, size_t len)
+uint64_t kinf_hash_bytes(uint64_t seed, const char *p, size_t len)
 {
     uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ULL);
     while (len >= 8) {
@@ -71,7 +71,7 @@ kinf_map_slot *kinf_map_find(const kinf_map *m, const char *key, size_t len)
     kinf_map_slot *s;
     if (m->count == 0)
         return NULL;
-    s = probe(m, key, len, hash_bytes(m->seed, key, len));
+    s = probe(m, key, len, kinf_hash_bytes(m->seed, key, len));
     return s->key ? s : NULL;
 }
 
@@ -111,7 +111,7 @@ kinf_err kinf_map_reserve(kinf_map *m, size_t n)
 
 kinf_err kinf_map_put(kinf_map *m, const char *key, size_t len, void *value)
 {
-    uint64_t h = hash_bytes(m->seed, key, len);
+    uint64_t h = kinf_hash_bytes(m->seed, key, len);
     kinf_map_slot *s;
 
     if (m->cap) {

@@ -30,6 +30,9 @@ typedef struct kinf_map {
     uint64_t seed;
 } kinf_map;
 
+/* The maps' seeded hash of len bytes at p (also used by the shared maps, shm_map.c). */
+uint64_t kinf_hash_bytes(uint64_t seed, const char *p, size_t len);
+
 /* An empty map that allocates on first insertion. Never fails. */
 void kinf_map_init(kinf_map *m);
 /* Frees the slot array (not keys or values). Accepts a zeroed map. */

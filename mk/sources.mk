@@ -29,6 +29,9 @@ CORE_SRC += csrc/credentials.c
 CORE_SRC += csrc/exec_credential.c
 CORE_SRC += csrc/warning.c
 CORE_SRC += csrc/impersonate.c
+CORE_SRC += csrc/shm.c
+CORE_SRC += csrc/shm_map.c
+CORE_SRC += csrc/shm_log.c
 
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c

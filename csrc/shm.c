@@ -1,0 +1,355 @@
+/*
+ * shm.c - the shared segment: header, size-class allocator, writer election and epoch-based
+ * reclamation (contract in shm.h).
+ *
+ * Why readers never see freed memory: a reader announces the global epoch in its slot (then a
+ * full fence) before it loads any offset, and clears it after its last use. The writer unlinks
+ * a block (an atomic store that makes it unreachable for new loads), records the epoch at that
+ * moment (r) with the block, and later advances the epoch (then a full fence) and frees the
+ * block only when every announced epoch is above r. A reader that could have loaded the block
+ * loaded it before the unlink, so it announced an epoch <= r and holds the block back; a reader
+ * announcing r + 1 or later started after the unlink and cannot reach it.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x6b696e6673686d31ULL /* "kinfshm1" */
+#define NCLASSES 160
+#define BLOCK_HEADER 8
+#define BLOCK_MAGIC 0x6b62u
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared memory needs address-free int atomics");
+
+typedef struct shm_reader {
+    _Atomic int pid;         /* 0: free */
+    _Atomic uint64_t epoch;  /* 0: outside a read section */
+} shm_reader;
+
+typedef struct shm_header {
+    uint64_t magic;
+    uint64_t size;
+    uint64_t data;                    /* offset of the first carvable byte */
+    uint64_t seed;                    /* hash seed of the maps in the segment */
+    _Atomic uint64_t epoch;           /* starts at 1; only the writer advances it */
+    _Atomic int writer_pid;           /* 0: no writer */
+    _Atomic uint64_t brk;             /* [writer] carved up to here */
+    _Atomic uint64_t used, free_listed; /* [writer] bytes, for stats */
+    _Atomic uint64_t alloc_failures, takeovers;
+    _Atomic uint64_t roots[KINF_SHM_ROOTS];
+    _Atomic uint64_t free_heads[NCLASSES]; /* [writer] block offsets */
+    shm_reader readers[KINF_SHM_READERS];
+} shm_header;
+
+typedef struct block {
+    uint32_t cls;
+    uint32_t magic;
+} block;
+
+struct shm_retired {
+    kinf_shm_off off;
+    uint64_t epoch;
+};
+
+static shm_header *hdr(const kinf_shm *shm)
+{
+    return (shm_header *)shm->base;
+}
+
+/* ---- size classes ---- */
+
+/* The class of a block of n bytes (header included). */
+static unsigned class_of(uint64_t n)
+{
+    unsigned p;
+    uint64_t step, k;
+    if (n <= 16)
+        return 0;
+    p = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^p < n <= 2^(p+1), p >= 4 */
+    step = 1ull << (p - 2);
+    k = (n - (1ull << p) + step - 1) / step; /* 1..4 */
+    return 4 * (p - 4) + (unsigned)k;
+}
+
+static uint64_t class_size(unsigned c)
+{
+    unsigned p, k;
+    if (c == 0)
+        return 16;
+    p = (c - 1) / 4 + 4;
+    k = (c - 1) % 4 + 1;
+    return (1ull << p) + (uint64_t)k * (1ull << (p - 2));
+}
+
+/* ---- segment ---- */
+
+kinf_shm *kinf_shm_create(size_t size, kinf_err *err)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    kinf_shm *shm;
+    shm_header *h;
+    void *base;
+
+    if (page <= 0)
+        page = 4096;
+    if (size < 65536 || size > (1ull << 40)) {
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    size = (size + (size_t)page - 1) / (size_t)page * (size_t)page;
+    shm = calloc(1, sizeof(*shm));
+    if (shm == NULL) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        free(shm);
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    shm->base = base;
+    shm->size = size;
+    h = base; /* the kernel gave zeroed pages: every counter, root and slot starts at 0 */
+    h->magic = SHM_MAGIC;
+    h->size = size;
+    h->data = (sizeof(*h) + 63) & ~(uint64_t)63;
+    h->seed = kinf_random_seed();
+    atomic_init(&h->brk, h->data);
+    atomic_init(&h->epoch, 1);
+    *err = KINF_OK;
+    return shm;
+}
+
+void kinf_shm_close(kinf_shm *shm)
+{
+    if (shm == NULL)
+        return;
+    munmap(shm->base, shm->size);
+    free(shm->retired);
+    free(shm);
+}
+
+kinf_shm_off kinf_shm_offset(const kinf_shm *shm, const void *p)
+{
+    return p ? (kinf_shm_off)((const unsigned char *)p - shm->base) : 0;
+}
+
+size_t kinf_shm_size(const kinf_shm *shm)
+{
+    return shm->size;
+}
+
+uint64_t kinf_shm_seed(const kinf_shm *shm)
+{
+    return hdr(shm)->seed;
+}
+
+_Atomic uint64_t *kinf_shm_root(kinf_shm *shm, int i)
+{
+    return &hdr(shm)->roots[i];
+}
+
+static int process_gone(int pid)
+{
+    return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH;
+}
+
+/* ---- writer ---- */
+
+kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid)
+{
+    shm_header *h = hdr(shm);
+    int cur = atomic_load(&h->writer_pid);
+    for (;;) {
+        if (cur == pid)
+            return KINF_OK;
+        if (cur == 0) {
+            if (atomic_compare_exchange_weak(&h->writer_pid, &cur, pid))
+                return KINF_OK;
+            continue;
+        }
+        if (!process_gone(cur))
+            return KINF_EBUSY;
+        if (atomic_compare_exchange_weak(&h->writer_pid, &cur, pid)) {
+            atomic_fetch_add(&h->takeovers, 1);
+            return KINF_EEXIST;
+        }
+    }
+}
+
+void kinf_shm_release_writer(kinf_shm *shm, int pid)
+{
+    int cur = pid;
+    atomic_compare_exchange_strong(&hdr(shm)->writer_pid, &cur, 0);
+}
+
+kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
+{
+    shm_header *h = hdr(shm);
+    unsigned c;
+    uint64_t size, off;
+    block *b;
+
+    if (n > h->size) {
+        atomic_fetch_add_explicit(&h->alloc_failures, 1, memory_order_relaxed);
+        return 0;
+    }
+    c = class_of((uint64_t)n + BLOCK_HEADER);
+    size = class_size(c);
+    off = atomic_load_explicit(&h->free_heads[c], memory_order_relaxed);
+    if (off != 0) {
+        /* The next block's offset is kept in the free block's first payload word. */
+        uint64_t next;
+        memcpy(&next, (unsigned char *)kinf_shm_ptr(shm, off) + BLOCK_HEADER, sizeof(next));
+        atomic_store_explicit(&h->free_heads[c], next, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&h->free_listed, size, memory_order_relaxed);
+    } else {
+        off = atomic_load_explicit(&h->brk, memory_order_relaxed);
+        if (size > h->size - off) {
+            atomic_fetch_add_explicit(&h->alloc_failures, 1, memory_order_relaxed);
+            return 0;
+        }
+        atomic_store_explicit(&h->brk, off + size, memory_order_relaxed);
+    }
+    b = kinf_shm_ptr(shm, off);
+    b->cls = c;
+    b->magic = BLOCK_MAGIC;
+    atomic_fetch_add_explicit(&h->used, size, memory_order_relaxed);
+    return off + BLOCK_HEADER;
+}
+
+void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
+{
+    shm_header *h = hdr(shm);
+    block *b;
+    uint64_t head;
+
+    if (off == 0)
+        return;
+    b = kinf_shm_ptr(shm, off - BLOCK_HEADER);
+    if (b->magic != BLOCK_MAGIC || b->cls >= NCLASSES)
+        return; /* not a block of ours (or freed twice): leak rather than corrupt the lists */
+    b->magic = 0;
+    head = atomic_load_explicit(&h->free_heads[b->cls], memory_order_relaxed);
+    memcpy((unsigned char *)b + BLOCK_HEADER, &head, sizeof(head));
+    atomic_store_explicit(&h->free_heads[b->cls], off - BLOCK_HEADER, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&h->used, class_size(b->cls), memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->free_listed, class_size(b->cls), memory_order_relaxed);
+}
+
+kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off)
+{
+    if (off == 0)
+        return KINF_OK;
+    if (shm->nretired == shm->cap_retired) {
+        size_t cap = shm->cap_retired ? shm->cap_retired * 2 : 64;
+        struct shm_retired *grown = realloc(shm->retired, cap * sizeof(*grown));
+        if (grown == NULL)
+            return KINF_ENOMEM;
+        shm->retired = grown;
+        shm->cap_retired = cap;
+    }
+    /* The unlink that made off unreachable happened before this load (program order, and the
+     * unlink's store is seq_cst or followed by the fence in kinf_shm_reclaim). */
+    shm->retired[shm->nretired].off = off;
+    shm->retired[shm->nretired].epoch = atomic_load(&hdr(shm)->epoch);
+    shm->nretired++;
+    return KINF_OK;
+}
+
+size_t kinf_shm_reclaim(kinf_shm *shm)
+{
+    shm_header *h = hdr(shm);
+    uint64_t oldest, now;
+    size_t k = 0;
+
+    if (shm->nretired == 0)
+        return 0;
+    now = atomic_fetch_add(&h->epoch, 1) + 1;
+    atomic_thread_fence(memory_order_seq_cst);
+    oldest = now;
+    for (int i = 0; i < KINF_SHM_READERS; i++) {
+        uint64_t e = atomic_load(&h->readers[i].epoch);
+        if (e == 0 || e >= oldest)
+            continue;
+        if (process_gone(atomic_load(&h->readers[i].pid))) {
+            /* It died inside a read section: nothing of it holds anything any more. */
+            atomic_store(&h->readers[i].epoch, 0);
+            atomic_store(&h->readers[i].pid, 0);
+            continue;
+        }
+        oldest = e;
+    }
+    for (size_t i = 0; i < shm->nretired; i++) {
+        if (shm->retired[i].epoch < oldest)
+            kinf_shm_free(shm, shm->retired[i].off);
+        else
+            shm->retired[k++] = shm->retired[i];
+    }
+    shm->nretired = k;
+    return k;
+}
+
+/* ---- readers ---- */
+
+int kinf_shm_reader_open(kinf_shm *shm, int pid)
+{
+    shm_header *h = hdr(shm);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < KINF_SHM_READERS; i++) {
+            int cur = atomic_load(&h->readers[i].pid);
+            if (cur != 0 && (pass == 0 || !process_gone(cur)))
+                continue;
+            /* Pass 0 takes free slots; pass 1 those of processes that are gone. */
+            if (atomic_compare_exchange_strong(&h->readers[i].pid, &cur, pid)) {
+                atomic_store(&h->readers[i].epoch, 0);
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+void kinf_shm_reader_close(kinf_shm *shm, int slot)
+{
+    shm_header *h = hdr(shm);
+    if (slot < 0 || slot >= KINF_SHM_READERS)
+        return;
+    atomic_store(&h->readers[slot].epoch, 0);
+    atomic_store(&h->readers[slot].pid, 0);
+}
+
+void kinf_shm_read_begin(kinf_shm *shm, int slot)
+{
+    shm_header *h = hdr(shm);
+    atomic_store(&h->readers[slot].epoch, atomic_load(&h->epoch));
+    atomic_thread_fence(memory_order_seq_cst); /* announced before any offset is loaded */
+}
+
+void kinf_shm_read_end(kinf_shm *shm, int slot)
+{
+    atomic_store_explicit(&hdr(shm)->readers[slot].epoch, 0, memory_order_release);
+}
+
+void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out)
+{
+    shm_header *h = hdr(shm);
+    memset(out, 0, sizeof(*out));
+    out->size = h->size;
+    out->used = atomic_load_explicit(&h->used, memory_order_relaxed);
+    out->free_listed = atomic_load_explicit(&h->free_listed, memory_order_relaxed);
+    out->untouched = h->size - atomic_load_explicit(&h->brk, memory_order_relaxed);
+    out->retired = shm->nretired;
+    out->alloc_failures = (unsigned long)atomic_load(&h->alloc_failures);
+    out->takeovers = (unsigned long)atomic_load(&h->takeovers);
+    for (int i = 0; i < KINF_SHM_READERS; i++)
+        out->readers += atomic_load_explicit(&h->readers[i].pid, memory_order_relaxed) != 0;
+}

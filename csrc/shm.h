@@ -1,0 +1,127 @@
+/*
+ * shm.h - a segment of memory shared by the processes of one nginx instance: one writer
+ * allocates and frees in it, every process reads it without a lock, and memory a reader may
+ * still hold is freed only after it has left its read section (epoch-based reclamation).
+ *
+ * The building block of the shared cache: records, index buckets and the change log live in a
+ * segment (shm_map.h, shm_log.h); this file knows nothing of what they hold.
+ *
+ * Mapping: kinf_shm_create maps an anonymous shared segment in the calling process; processes it
+ * forks afterwards (nginx's workers, forked by the master after init_by_lua) see it at the same
+ * address. Everything inside refers to everything else by offset from the segment's start
+ * (kinf_shm_off, 0 = none), never by pointer, so nothing depends on where it is mapped.
+ *
+ * Roles and threads:
+ * - One writer at a time allocates, frees and retires. The writer is the process that called
+ *   kinf_shm_claim_writer last; nothing stops two from writing at once: callers elect one (the
+ *   agent process) and kinf_shm_claim_writer tells a successor that a predecessor died mid-write
+ *   (KINF_EBUSY: its pid is dead but it never released; everything it published stays readable).
+ *   Within the writer process only one thread may call the writer functions.
+ * - Any thread of any process reads. A reader registers once (kinf_shm_reader_open: a slot of
+ *   the segment's reader table, KINF_SHM_READERS of them) and brackets its reads with
+ *   kinf_shm_read_begin / kinf_shm_read_end. Inside, every offset it loaded stays valid; outside,
+ *   none. A read section never waits for the writer and the writer never waits for a reader.
+ *
+ * Crash consistency: the writer publishes every change with one atomic store of an offset
+ * (a map slot, a root, the log head) after the memory it points at is complete. A writer killed
+ * at any point leaves the segment readable and consistent; what it had allocated and not
+ * published, and what it had retired and not yet freed, is lost to the segment (counted in
+ * kinf_shm_stats as leaked by the successor: bounded by one write plus one grace period).
+ *
+ * Allocation: size classes of four steps per doubling (16, 20, 24, 28, 32, 40, ... bytes, up to
+ * the segment's size) with a free list each, carved from the segment's unused end. Blocks are
+ * not merged: memory freed in one class serves that class only. A segment that cannot serve a
+ * request returns 0 from kinf_shm_alloc (and counts it), never crashes: the caller reports it
+ * and keeps its last consistent content.
+ */
+#ifndef KINF_SHM_H
+#define KINF_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kinf.h"
+
+typedef uint64_t kinf_shm_off;
+
+#define KINF_SHM_READERS 256 /* reader slots: one per process (or thread) that reads */
+#define KINF_SHM_ROOTS 16    /* words of the header the users of the segment keep offsets in */
+
+typedef struct kinf_shm kinf_shm;
+
+/* Maps a new segment of `size` bytes (at least 64 KiB; rounded up to pages). NULL with *err
+ * (KINF_ENOMEM or KINF_EINVAL) on failure. The handle is this process's; a forked child uses
+ * the same handle (the same address). */
+kinf_shm *kinf_shm_create(size_t size, kinf_err *err);
+/* Unmaps the segment in this process and frees the handle. Accepts NULL. */
+void kinf_shm_close(kinf_shm *shm);
+
+/* The address of offset off (off != 0), and back. */
+static inline void *kinf_shm_ptr(const kinf_shm *shm, kinf_shm_off off);
+kinf_shm_off kinf_shm_offset(const kinf_shm *shm, const void *p);
+size_t kinf_shm_size(const kinf_shm *shm);
+
+/* The segment's hash seed (random, set at creation; the same in every process). */
+uint64_t kinf_shm_seed(const kinf_shm *shm);
+
+/* A root: an atomic word of the header (0 <= i < KINF_SHM_ROOTS) where users keep an offset. */
+_Atomic uint64_t *kinf_shm_root(kinf_shm *shm, int i);
+
+/* ---- the writer ---- */
+
+/* Makes this process (pid) the writer. KINF_OK: no writer, or the last one released or is this
+ * process; KINF_EBUSY: another live process is the writer (nothing changed); KINF_EEXIST: the
+ * writer was taken over from a process that died holding it (what it published stays; what it
+ * held unpublished is leaked). */
+kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid);
+void kinf_shm_release_writer(kinf_shm *shm, int pid);
+
+/* A block of at least n bytes, 8-aligned, or 0 when the segment is full. Writer only. */
+kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n);
+/* Frees a block now: only for a block no reader can have seen (never published). Accepts 0. */
+void kinf_shm_free(kinf_shm *shm, kinf_shm_off off);
+/* Frees a published block once every reader that may hold it has left its read section. The
+ * retire list is the writer process's memory. KINF_ENOMEM: the block is leaked instead. */
+kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off);
+/* Advances the epoch and frees the retired blocks no reader can hold any more; returns how many
+ * are still waiting. Call it after each batch of writes. A reader slot whose process is gone is
+ * released here. */
+size_t kinf_shm_reclaim(kinf_shm *shm);
+
+/* ---- readers ---- */
+
+/* A reader slot for this process (pid), claimed in the segment; -1 when all are taken by live
+ * processes. A slot held by a dead process is taken over. */
+int kinf_shm_reader_open(kinf_shm *shm, int pid);
+void kinf_shm_reader_close(kinf_shm *shm, int slot);
+/* The read section: every offset loaded between begin and end stays valid until end. Sections
+ * do not nest. */
+void kinf_shm_read_begin(kinf_shm *shm, int slot);
+void kinf_shm_read_end(kinf_shm *shm, int slot);
+
+typedef struct kinf_shm_stats {
+    size_t size;          /* bytes of the segment */
+    size_t used;          /* bytes in allocated blocks (block sizes, headers included) */
+    size_t free_listed;   /* bytes in blocks on the free lists */
+    size_t untouched;     /* bytes never carved yet */
+    size_t retired;       /* blocks retired by this writer and not yet freed */
+    unsigned long alloc_failures;
+    unsigned long takeovers; /* writers that took over from a dead one */
+    int readers;          /* reader slots in use */
+} kinf_shm_stats;
+void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out);
+
+/* ---- inline ---- */
+struct kinf_shm {
+    unsigned char *base; /* where this process maps the segment */
+    size_t size;
+    struct shm_retired *retired; /* [writer] blocks waiting for readers to move on */
+    size_t nretired, cap_retired;
+};
+
+static inline void *kinf_shm_ptr(const kinf_shm *shm, kinf_shm_off off)
+{
+    return shm->base + off;
+}
+
+#endif

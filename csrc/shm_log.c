@@ -1,0 +1,154 @@
+/*
+ * shm_log.c - the shared change log (contract in shm_log.h).
+ *
+ * The log is one block: cap, head and cap slots. A slot's stamp is 0 while the writer fills it
+ * and the event's seq once it is complete; head is stored after the stamp, so a reader that
+ * sees head > s finds event s stamped (or already overwritten by s + cap, which it detects).
+ */
+#include "shm_log.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+typedef struct shm_slot {
+    _Atomic uint64_t stamp;
+    _Atomic uint32_t type;
+    _Atomic uint64_t obj, old;
+} shm_slot;
+
+typedef struct shm_log {
+    uint64_t cap; /* a power of two; fixed at creation */
+    _Atomic uint64_t head;
+    shm_slot slots[];
+} shm_log;
+
+struct shm_deferred {
+    kinf_shm_off off;
+    uint64_t seq;
+};
+
+static shm_log *log_at(const kinf_shm *shm, kinf_shm_off off)
+{
+    return kinf_shm_ptr(shm, off);
+}
+
+kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap)
+{
+    kinf_shm_off off;
+    shm_log *l;
+    if (cap < 16 || (cap & (cap - 1)) != 0)
+        return 0;
+    off = kinf_shm_alloc(shm, sizeof(shm_log) + cap * sizeof(shm_slot));
+    if (off == 0)
+        return 0;
+    l = log_at(shm, off);
+    l->cap = cap;
+    atomic_init(&l->head, 1);
+    for (uint64_t i = 0; i < cap; i++) {
+        atomic_init(&l->slots[i].stamp, 0);
+        atomic_init(&l->slots[i].type, 0);
+        atomic_init(&l->slots[i].obj, 0);
+        atomic_init(&l->slots[i].old, 0);
+    }
+    return off;
+}
+
+uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kinf_shm_off obj,
+                             kinf_shm_off old)
+{
+    shm_log *l = log_at(shm, log);
+    uint64_t seq = atomic_load_explicit(&l->head, memory_order_relaxed);
+    shm_slot *s = &l->slots[seq & (l->cap - 1)];
+
+    atomic_store_explicit(&s->stamp, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* the invalid stamp before any new field */
+    atomic_store_explicit(&s->type, type, memory_order_relaxed);
+    atomic_store_explicit(&s->obj, obj, memory_order_relaxed);
+    atomic_store_explicit(&s->old, old, memory_order_relaxed);
+    atomic_store_explicit(&s->stamp, seq, memory_order_release);
+    atomic_store_explicit(&l->head, seq + 1, memory_order_release);
+    return seq;
+}
+
+uint64_t kinf_shm_log_head(const kinf_shm *shm, kinf_shm_off log)
+{
+    return atomic_load_explicit(&log_at(shm, log)->head, memory_order_acquire);
+}
+
+uint64_t kinf_shm_log_cap(const kinf_shm *shm, kinf_shm_off log)
+{
+    return log_at(shm, log)->cap;
+}
+
+kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log, uint64_t seq,
+                                           kinf_shm_event *out)
+{
+    shm_log *l = log_at(shm, log);
+    uint64_t head = atomic_load_explicit(&l->head, memory_order_acquire), before, after;
+    shm_slot *s;
+
+    if (seq >= head)
+        return KINF_SHM_LOG_NONE;
+    if (seq == 0 || head - seq > l->cap)
+        return KINF_SHM_LOG_BEHIND;
+    s = &l->slots[seq & (l->cap - 1)];
+    before = atomic_load_explicit(&s->stamp, memory_order_acquire);
+    out->seq = seq;
+    out->type = atomic_load_explicit(&s->type, memory_order_relaxed);
+    out->obj = atomic_load_explicit(&s->obj, memory_order_relaxed);
+    out->old = atomic_load_explicit(&s->old, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire); /* the fields before the second stamp */
+    after = atomic_load_explicit(&s->stamp, memory_order_relaxed);
+    return before == seq && after == seq ? KINF_SHM_LOG_EVENT : KINF_SHM_LOG_BEHIND;
+}
+
+kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq)
+{
+    if (off == 0)
+        return KINF_OK;
+    if (d->n == d->cap) {
+        /* Compact what was released from the front before growing. */
+        size_t live = d->n - d->first, cap = d->cap;
+        struct shm_deferred *items = d->items;
+        if (d->first * 2 < d->cap || cap == 0) {
+            cap = cap ? cap * 2 : 64;
+            items = malloc(cap * sizeof(*items));
+            if (items == NULL)
+                return KINF_ENOMEM;
+        }
+        for (size_t i = 0; i < live; i++)
+            items[i] = d->items[d->first + i];
+        if (items != d->items) {
+            free(d->items);
+            d->items = items;
+        }
+        d->cap = cap;
+        d->n = live;
+        d->first = 0;
+    }
+    d->items[d->n].off = off;
+    d->items[d->n].seq = seq;
+    d->n++;
+    return KINF_OK;
+}
+
+void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d)
+{
+    shm_log *l = log_at(shm, log);
+    uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    /* Deferred in seq order: release from the front while the event has left the ring. */
+    while (d->first < d->n && head - d->items[d->first].seq > l->cap) {
+        if (kinf_shm_retire(shm, d->items[d->first].off) != KINF_OK)
+            break; /* try again at the next release */
+        d->first++;
+    }
+    if (d->first == d->n)
+        d->first = d->n = 0;
+}
+
+void kinf_shm_log_deferred_free(kinf_shm_log_deferred *d)
+{
+    free(d->items);
+    d->items = NULL;
+    d->n = d->cap = d->first = 0;
+}

@@ -1,0 +1,66 @@
+/*
+ * shm_log.h - the change log of a shared cache: a ring of events in a shared segment (shm.h)
+ * that one writer appends to and every reader follows with a cursor of its own, without a lock.
+ *
+ * Events are numbered from 1 (seq). The ring keeps the last `cap` of them: a reader at seq s
+ * reads event s while s < head; once the writer has appended cap events past s, event s is
+ * gone and the reader is told it fell behind (it then starts over from the current content,
+ * its handlers seeing it as adds: the caller's part). A reader can tell a torn read from a good
+ * one: the writer marks a slot invalid, fills it and stamps it with its seq (each field an
+ * atomic), and the reader takes an event only when the stamp was its seq before and after
+ * reading the fields (a sequence lock per slot).
+ *
+ * The objects events name (offsets of the caller's records) must stay readable while an event
+ * can still be read: a record the cache no longer holds is retired (kinf_shm_retire) only once
+ * the ring has moved cap events past the last event that names it. kinf_shm_log_defer and
+ * kinf_shm_log_release do that bookkeeping for the writer, in its own process memory.
+ *
+ * Threads: one writer thread (of the writer process); readers anywhere, each inside a read
+ * section (kinf_shm_read_begin / _end) while it uses what an event names.
+ */
+#ifndef KINF_SHM_LOG_H
+#define KINF_SHM_LOG_H
+
+#include "shm.h"
+
+enum { KINF_SHM_ADDED = 1, KINF_SHM_UPDATED = 2, KINF_SHM_DELETED = 3, KINF_SHM_RESYNCED = 4 };
+
+typedef struct kinf_shm_event {
+    uint64_t seq;
+    unsigned type;    /* KINF_SHM_ADDED, ... */
+    kinf_shm_off obj; /* added / updated: the new object; deleted: the last one */
+    kinf_shm_off old; /* updated: the object before; else 0 */
+} kinf_shm_event;
+
+/* Writer. A new, empty log of cap events (a power of two, at least 16) in the segment; 0 when
+ * the segment is full. */
+kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap);
+/* Writer. Appends an event; returns its seq. Never fails: the ring overwrites its oldest. */
+uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kinf_shm_off obj,
+                             kinf_shm_off old);
+
+/* The seq the next event will get: events [head - cap, head) may be read. */
+uint64_t kinf_shm_log_head(const kinf_shm *shm, kinf_shm_off log);
+uint64_t kinf_shm_log_cap(const kinf_shm *shm, kinf_shm_off log);
+
+typedef enum kinf_shm_log_read_result {
+    KINF_SHM_LOG_EVENT,  /* *out is event seq */
+    KINF_SHM_LOG_NONE,   /* no event seq yet */
+    KINF_SHM_LOG_BEHIND  /* event seq is gone: start over from the content */
+} kinf_shm_log_read_result;
+kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log, uint64_t seq,
+                                           kinf_shm_event *out);
+
+/* Writer bookkeeping (process memory): retire off once event `seq` has left the ring. */
+typedef struct kinf_shm_log_deferred {
+    struct shm_deferred *items;
+    size_t n, cap, first;
+} kinf_shm_log_deferred;
+/* KINF_ENOMEM: off could not be queued and is leaked instead (never freed early). */
+kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq);
+/* Retires (kinf_shm_retire) every deferred block whose event has left the ring of log. */
+void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d);
+/* Frees the bookkeeping (not the blocks: they are the segment's). */
+void kinf_shm_log_deferred_free(kinf_shm_log_deferred *d);
+
+#endif
