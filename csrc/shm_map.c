@@ -126,6 +126,34 @@ static kinf_shm_off rebuild(kinf_shm *shm, const shm_table *t, uint64_t cap)
     return off;
 }
 
+/* Rebuilds the table of root so that `extra` more entries fit within 3/4 of the slots. */
+static kinf_err make_room(kinf_shm *shm, _Atomic uint64_t *root, uint64_t extra)
+{
+    kinf_shm_off toff = atomic_load_explicit(root, memory_order_relaxed), noff;
+    shm_table *t = table_at(shm, toff);
+    uint64_t cap = t ? t->cap : MIN_CAP;
+    uint64_t live = t ? atomic_load_explicit(&t->count, memory_order_relaxed) : 0;
+
+    if (t != NULL && (t->used + extra) * 4 <= t->cap * 3)
+        return KINF_OK;
+    while ((live + extra) * 2 > cap)
+        cap *= 2; /* live entries at most half: room until the next rebuild */
+    noff = rebuild(shm, t, cap);
+    if (noff == 0)
+        return KINF_ENOMEM;
+    if (toff != 0 && kinf_shm_retire(shm, toff) != KINF_OK) {
+        kinf_shm_free(shm, noff);
+        return KINF_ENOMEM;
+    }
+    atomic_store_explicit(root, noff, memory_order_release);
+    return KINF_OK;
+}
+
+kinf_err kinf_shm_map_reserve(kinf_shm *shm, _Atomic uint64_t *root, size_t extra)
+{
+    return make_room(shm, root, extra);
+}
+
 kinf_err kinf_shm_map_put(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_off entry,
                           kinf_shm_off *replaced)
 {
@@ -146,22 +174,9 @@ kinf_err kinf_shm_map_put(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_off en
             return KINF_OK;
         }
     }
-    if (t == NULL || (t->used + 1) * 4 > t->cap * 3) {
-        uint64_t cap = t ? t->cap : MIN_CAP;
-        kinf_shm_off noff;
-        while (t != NULL && (atomic_load_explicit(&t->count, memory_order_relaxed) + 1) * 2 > cap)
-            cap *= 2; /* live entries at most half: room until the next rebuild */
-        noff = rebuild(shm, t, cap);
-        if (noff == 0)
-            return KINF_ENOMEM;
-        if (toff != 0 && kinf_shm_retire(shm, toff) != KINF_OK) {
-            kinf_shm_free(shm, noff);
-            return KINF_ENOMEM;
-        }
-        atomic_store_explicit(root, noff, memory_order_release);
-        toff = noff;
-        t = table_at(shm, noff);
-    }
+    if (make_room(shm, root, 1) != KINF_OK)
+        return KINF_ENOMEM;
+    t = table_at(shm, atomic_load_explicit(root, memory_order_relaxed));
     (void)probe(shm, t, e->hash, key, e->key_len, &found, &free_slot);
     was_empty = atomic_load_explicit(&t->slots[free_slot], memory_order_relaxed) == EMPTY;
     atomic_store_explicit(&t->slots[free_slot], entry, memory_order_release);

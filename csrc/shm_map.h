@@ -39,6 +39,9 @@ uint64_t kinf_shm_map_hash(const kinf_shm *shm, const char *key, size_t len);
  * (or 0), for the caller to retire. */
 kinf_err kinf_shm_map_put(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_off entry,
                           kinf_shm_off *replaced);
+/* Writer. Makes room for `extra` more keys, so that the next puts of up to that many new keys
+ * cannot fail (KINF_ENOMEM: the segment is full; the map is unchanged). */
+kinf_err kinf_shm_map_reserve(kinf_shm *shm, _Atomic uint64_t *root, size_t extra);
 /* Writer. Removes key's entry; *removed gets it (or 0), for the caller to retire. */
 void kinf_shm_map_remove(kinf_shm *shm, _Atomic uint64_t *root, const char *key, size_t len,
                          kinf_shm_off *removed);

@@ -32,6 +32,7 @@ CORE_SRC += csrc/impersonate.c
 CORE_SRC += csrc/shm.c
 CORE_SRC += csrc/shm_map.c
 CORE_SRC += csrc/shm_log.c
+CORE_SRC += csrc/shm_store.c
 
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c

@@ -1,0 +1,108 @@
+/*
+ * shm_store.h - an informer's cache in a shared segment (shm.h): the records, the index values
+ * the writer computed, and the change log, readable by every process without a lock.
+ *
+ * One writer process mirrors its own store into it, key by key (kinf_shm_store_put /
+ * kinf_shm_store_delete, with the index values its index functions gave), and every reader
+ * process reads: get by key, the records of an index value (by_index), every record, every
+ * value of an index, and the change log (shm_log.h) to follow changes in order.
+ *
+ * Records: a record is the object's JSON and metadata (namespace, name, uid, resourceVersion,
+ * key) and its values for each index, in one block that never changes once published. A put of
+ * a record whose resourceVersion and JSON are the ones stored changes nothing and logs nothing
+ * (a relist of an unchanged object). Events: ADDED (no record under the key before), UPDATED,
+ * DELETED, each naming the record(s); a record leaves the segment once the log has moved past
+ * its last event and no reader can hold it (shm_log.h, shm.h).
+ *
+ * Indexes: fixed at creation (names; the first may be the built-in "namespace"). An index maps
+ * each value to a bucket, an immutable array of record offsets, sorted by key; a write builds
+ * the buckets it changes anew (copying their offsets: O(records under the value)) and retires
+ * the old ones. A reader's bucket is therefore one consistent moment of that value.
+ *
+ * Crash: everything is published with one atomic store after it is complete (shm_map.h), so a
+ * successor writer (kinf_shm_store_attach after kinf_shm_claim_writer) continues from what is
+ * there: it puts what its own list holds and then removes the keys it does not hold
+ * (kinf_shm_store_retain), and readers see the difference as events.
+ *
+ * Errors: a full segment fails the write with KINF_ENOMEM and leaves the cache as it was before
+ * that write (counted in kinf_shm_store_info); readers keep the last consistent content.
+ */
+#ifndef KINF_SHM_STORE_H
+#define KINF_SHM_STORE_H
+
+#include "object.h"
+#include "shm.h"
+#include "shm_log.h"
+#include "shm_map.h"
+#include "store.h"
+
+#define KINF_SHM_STORE_INDEXES 16
+#define KINF_SHM_INDEX_NAME 64 /* bytes of an index name, NUL included */
+
+typedef struct kinf_shm_store kinf_shm_store;
+
+/* A record as readers see it: pointers into the segment, valid inside a read section. */
+typedef struct kinf_shm_view {
+    kinf_shm_off off;
+    const char *json;
+    size_t json_len;
+    const char *key;
+    size_t key_len;
+    kinf_str namespace_, name, uid, resource_version;
+} kinf_shm_view;
+
+/* Writer: a new store in the segment, its offset kept in root slot `root` (kinf_shm_root). The
+ * index names are copied (at most KINF_SHM_STORE_INDEXES, each shorter than
+ * KINF_SHM_INDEX_NAME); log_cap events are kept (a power of two, at least 16). NULL with *err
+ * (KINF_EINVAL, KINF_ENOMEM: the segment is too small). */
+kinf_shm_store *kinf_shm_store_create(kinf_shm *shm, int root, const char *const *index_names,
+                                      size_t nindexes, uint64_t log_cap, kinf_err *err);
+/* Any process: the store kept at root (KINF_ENOTFOUND: none yet). The handle is this
+ * process's; a writer's successor attaches to go on writing. */
+kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err);
+/* Frees the handle (and the writer's bookkeeping), not the store. Accepts NULL. */
+void kinf_shm_store_close(kinf_shm_store *st);
+
+/* Writer. Stores obj (a plain object) with vals[i] its values for index i (NULL: none), for
+ * every index of the store, and logs the change. */
+kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
+                            const kinf_values *const *vals);
+/* Writer. Removes key (nothing when absent) and logs it. */
+kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len);
+/* Writer. Removes every key for which keep(ud, key, len) returns 0, logging each. */
+kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const char *key,
+                                                               size_t len), void *ud);
+/* Writer. Frees what readers can no longer reach; call after each batch of writes. */
+void kinf_shm_store_flush(kinf_shm_store *st);
+
+/* Readers (inside a read section). */
+int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name); /* -1: unknown */
+size_t kinf_shm_store_len(const kinf_shm_store *st);
+/* The record under key: 1 and *out filled, or 0. */
+int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out);
+/* The records under value in index ix, sorted by key: *recs points into the bucket (n of them)
+ * and *bucket is its offset (0 and n = 0 when none): the same bucket until the value changes. */
+void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
+                             const kinf_shm_off **recs, size_t *n, kinf_shm_off *bucket);
+/* Fills *out for the record at off. */
+void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out);
+/* record i's values for index ix: n strings (ptr/len pairs written to out, at most max). */
+size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix, kinf_str *out,
+                             size_t max);
+/* Iteration over every record, or (values) over every value of index ix (its bucket offsets):
+ * kinf_shm_map_iter it; kinf_shm_store_iter(st, -1, &it); while ((off = kinf_shm_map_next(..))) */
+void kinf_shm_store_iter(const kinf_shm_store *st, int ix, kinf_shm_map_iter *it);
+/* A bucket's value. */
+kinf_str kinf_shm_store_bucket_value(const kinf_shm_store *st, kinf_shm_off bucket);
+/* The change log. */
+kinf_shm_off kinf_shm_store_log(const kinf_shm_store *st);
+kinf_shm *kinf_shm_store_segment(const kinf_shm_store *st);
+
+typedef struct kinf_shm_store_info {
+    size_t items;
+    unsigned long writes, write_failures; /* failures: the segment was full */
+    uint64_t log_head;
+} kinf_shm_store_info;
+void kinf_shm_store_info_get(const kinf_shm_store *st, kinf_shm_store_info *out);
+
+#endif

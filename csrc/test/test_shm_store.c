@@ -1,0 +1,339 @@
+/* test_shm_store.c - an informer's cache in a shared segment (shm_store.c): puts, updates that
+ * move a key between index values, deletes, the change log, an unchanged object written again,
+ * retain (a successor writer's sweep), a full segment, and a writer churning while readers in
+ * threads (TSan) and in processes check that every bucket is sorted and holds only records
+ * with its value; one writer process is killed with SIGKILL and a successor takes over. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ctest.h"
+#include "shm_store.h"
+#include "testobj.h"
+
+static const char *const INDEXES[] = {"namespace", "by_node"};
+
+static kinf_shm_store *new_store(kinf_shm **shm, size_t size)
+{
+    kinf_err err;
+    kinf_shm_store *st;
+    *shm = kinf_shm_create(size, &err);
+    CHECK(*shm != NULL);
+    st = kinf_shm_store_create(*shm, 0, INDEXES, 2, 64, &err);
+    CHECK(st != NULL && err == KINF_OK);
+    return st;
+}
+
+/* Puts ns/name on node at rv, with its namespace and node as index values. */
+static kinf_err put(kinf_shm_store *st, const char *ns, const char *name, const char *node,
+                    const char *rv)
+{
+    kinf_object *o = mkobj(ns, name, node, rv);
+    kinf_str nsv = {ns, strlen(ns)}, nodev = {node, strlen(node)};
+    kinf_values *vals[2] = {kinf_values_new(&nsv, 1), node[0] ? kinf_values_new(&nodev, 1) : NULL};
+    kinf_err e = kinf_shm_store_put(st, o, (const kinf_values *const *)vals);
+    kinf_values_free(vals[0]);
+    kinf_values_free(vals[1]);
+    kinf_object_unref(o);
+    return e;
+}
+
+/* The keys under value in index ix, joined with ','. */
+static const char *keys(kinf_shm_store *st, int ix, const char *value)
+{
+    static char buf[1024];
+    const kinf_shm_off *recs;
+    size_t n;
+    kinf_shm_off b;
+    buf[0] = '\0';
+    kinf_shm_store_by_index(st, ix, value, strlen(value), &recs, &n, &b);
+    for (size_t i = 0; i < n; i++) {
+        kinf_shm_view v;
+        kinf_shm_store_view(st, recs[i], &v);
+        if (i)
+            strcat(buf, ",");
+        strncat(buf, v.key, v.key_len);
+    }
+    return buf;
+}
+
+static const char *events(kinf_shm_store *st, uint64_t from)
+{
+    static char buf[1024];
+    kinf_shm *shm = kinf_shm_store_segment(st);
+    kinf_shm_event ev;
+    static const char *T[] = {"?", "A", "U", "D"};
+    buf[0] = '\0';
+    while (kinf_shm_log_read(shm, kinf_shm_store_log(st), from++, &ev) == KINF_SHM_LOG_EVENT) {
+        kinf_shm_view v;
+        kinf_shm_store_view(st, ev.obj, &v);
+        snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s:%.*s", buf[0] ? " " : "",
+                 T[ev.type], (int)v.key_len, v.key);
+    }
+    return buf;
+}
+
+static void writes_indexes_and_logs(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 4 << 20);
+    kinf_shm_view v;
+    kinf_str vals[4];
+    int node = kinf_shm_store_index_of(st, "by_node");
+
+    CHECK(node == 1 && kinf_shm_store_index_of(st, "nope") == -1);
+    CHECK(put(st, "a", "p2", "n1", "1") == KINF_OK);
+    CHECK(put(st, "a", "p1", "n1", "2") == KINF_OK);
+    CHECK(put(st, "b", "p3", "n2", "3") == KINF_OK);
+    CHECK(kinf_shm_store_len(st) == 3);
+    CHECK_STR(keys(st, node, "n1"), "a/p1,a/p2"); /* sorted by key */
+    CHECK_STR(keys(st, 0, "a"), "a/p1,a/p2");
+    CHECK(kinf_shm_store_get(st, "a/p1", 4, &v) == 1);
+    CHECK(v.name.len == 2 && memcmp(v.name.ptr, "p1", 2) == 0);
+    CHECK(v.resource_version.len == 1 && v.resource_version.ptr[0] == '2');
+    CHECK(strstr(v.json, "\"node\":\"n1\"") != NULL && v.json[v.json_len] == '\0');
+    CHECK(kinf_shm_store_values(st, v.off, node, vals, 4) == 1 && vals[0].len == 2);
+    /* Moves between values; an unchanged object changes nothing. */
+    CHECK(put(st, "a", "p1", "n2", "4") == KINF_OK);
+    CHECK(put(st, "a", "p1", "n2", "4") == KINF_OK);
+    CHECK_STR(keys(st, node, "n1"), "a/p2");
+    CHECK_STR(keys(st, node, "n2"), "a/p1,b/p3");
+    CHECK(kinf_shm_store_delete(st, "a/p2", 4) == KINF_OK);
+    CHECK(kinf_shm_store_delete(st, "a/zz", 4) == KINF_OK);
+    CHECK_STR(keys(st, node, "n1"), ""); /* the value is gone */
+    CHECK_STR(events(st, 1), "A:a/p2 A:a/p1 A:b/p3 U:a/p1 D:a/p2");
+    {
+        kinf_shm_map_iter it;
+        size_t values = 0;
+        kinf_shm_store_iter(st, node, &it);
+        while (kinf_shm_map_next(shm, &it) != 0)
+            values++;
+        CHECK(values == 1);
+    }
+    kinf_shm_store_flush(st);
+    kinf_shm_store_close(st);
+    kinf_shm_close(shm);
+}
+
+static int keep_b(void *ud, const char *key, size_t len)
+{
+    (void)ud;
+    return len > 0 && key[0] == 'b';
+}
+
+static void a_successor_attaches_and_retains_what_it_listed(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 4 << 20), *next;
+    kinf_shm_store_info info;
+    kinf_err err;
+
+    put(st, "a", "p1", "n1", "1");
+    put(st, "b", "p2", "n1", "1");
+    kinf_shm_store_close(st);
+    next = kinf_shm_store_attach(shm, 0, &err);
+    CHECK(next != NULL && err == KINF_OK);
+    CHECK(kinf_shm_store_attach(shm, 1, &err) == NULL && err == KINF_ENOTFOUND);
+    put(next, "b", "p2", "n1", "1"); /* relisted, unchanged: no event */
+    CHECK(kinf_shm_store_retain(next, keep_b, NULL) == KINF_OK);
+    CHECK_STR(keys(next, 1, "n1"), "b/p2");
+    CHECK_STR(events(next, 1), "A:a/p1 A:b/p2 D:a/p1");
+    kinf_shm_store_info_get(next, &info);
+    CHECK(info.items == 1 && info.writes == 3 && info.write_failures == 0 && info.log_head == 4);
+    kinf_shm_store_flush(next);
+    kinf_shm_store_close(next);
+    kinf_shm_close(shm);
+}
+
+static void a_full_segment_fails_the_write_and_keeps_the_content(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 64 << 10);
+    kinf_shm_store_info info;
+    char name[32];
+    int i;
+    kinf_err e = KINF_OK;
+
+    for (i = 0; e == KINF_OK; i++) {
+        snprintf(name, sizeof(name), "pod-%d", i);
+        e = put(st, "ns", name, "n1", "1");
+    }
+    CHECK(e == KINF_ENOMEM);
+    kinf_shm_store_info_get(st, &info);
+    CHECK(info.items == (size_t)(i - 1) && info.write_failures == 1);
+    CHECK(kinf_shm_store_len(st) == info.items);
+    {   /* the index holds exactly the stored keys */
+        const kinf_shm_off *recs;
+        size_t n;
+        kinf_shm_off b;
+        kinf_shm_store_by_index(st, 1, "n1", 2, &recs, &n, &b);
+        CHECK(n == info.items);
+    }
+    kinf_shm_store_close(st);
+    kinf_shm_close(shm);
+}
+
+/* ---- churn ---- */
+
+#define NODES 7
+#define PODS 200
+
+typedef struct churn {
+    kinf_shm *shm;
+    atomic_int *stop;
+} churn;
+
+static void churn_writer(kinf_shm *shm, unsigned seed, long rounds)
+{
+    kinf_err err;
+    kinf_shm_store *st = kinf_shm_store_attach(shm, 0, &err);
+    char name[16], node[8], rv[16];
+    for (long r = 0; st != NULL && (rounds < 0 || r < rounds); r++) {
+        seed = seed * 1103515245u + 12345u;
+        snprintf(name, sizeof(name), "p%u", (seed >> 8) % PODS);
+        if ((seed >> 20) % 5 == 0) {
+            char key[24];
+            snprintf(key, sizeof(key), "ns/%s", name);
+            (void)kinf_shm_store_delete(st, key, strlen(key));
+        } else {
+            snprintf(node, sizeof(node), "n%u", (seed >> 12) % NODES);
+            snprintf(rv, sizeof(rv), "%ld", r + 1);
+            (void)put(st, "ns", name, node, rv);
+        }
+        kinf_shm_store_flush(st);
+    }
+    kinf_shm_store_close(st);
+}
+
+/* Every bucket sorted, each record in it carrying the bucket's node; returns problems. */
+static int check_buckets(kinf_shm_store *st)
+{
+    int bad = 0;
+    char node[8];
+    for (int k = 0; k < NODES; k++) {
+        const kinf_shm_off *recs;
+        size_t n;
+        kinf_shm_off b;
+        snprintf(node, sizeof(node), "n%d", k);
+        kinf_shm_store_by_index(st, 1, node, strlen(node), &recs, &n, &b);
+        for (size_t i = 0; i < n; i++) {
+            kinf_shm_view v, prev;
+            kinf_shm_store_view(st, recs[i], &v);
+            {
+                kinf_object probe;
+                memset(&probe, 0, sizeof(probe));
+                probe.json = v.json;
+                kinf_str got = node_of(&probe);
+                bad += got.len != strlen(node) || memcmp(got.ptr, node, got.len) != 0;
+            }
+            if (i > 0) {
+                kinf_shm_store_view(st, recs[i - 1], &prev);
+                bad += strcmp(prev.key, v.key) >= 0;
+            }
+        }
+    }
+    return bad;
+}
+
+static int run_reader(kinf_shm *shm, int slot, atomic_int *stop)
+{
+    kinf_err err;
+    kinf_shm_store *st = kinf_shm_store_attach(shm, 0, &err);
+    int bad = st == NULL;
+    while (st != NULL && !atomic_load(stop)) {
+        kinf_shm_view v;
+        kinf_shm_read_begin(shm, slot);
+        bad += check_buckets(st);
+        if (kinf_shm_store_get(st, "ns/p7", 5, &v))
+            bad += v.key_len != 5 || memcmp(v.key, "ns/p7", 5) != 0;
+        kinf_shm_read_end(shm, slot);
+    }
+    kinf_shm_store_close(st);
+    return bad;
+}
+
+typedef struct rarg {
+    kinf_shm *shm;
+    int slot;
+    atomic_int *stop;
+    int bad;
+} rarg;
+
+static void *reader_thread(void *p)
+{
+    rarg *a = p;
+    a->bad = run_reader(a->shm, a->slot, a->stop);
+    return NULL;
+}
+
+static void readers_in_threads_see_consistent_buckets(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 16 << 20);
+    atomic_int stop = 0;
+    pthread_t th[2];
+    rarg args[2];
+
+    kinf_shm_store_close(st);
+    for (int i = 0; i < 2; i++) {
+        args[i] = (rarg){shm, kinf_shm_reader_open(shm, getpid()), &stop, 0};
+        pthread_create(&th[i], NULL, reader_thread, &args[i]);
+    }
+    churn_writer(shm, 1, 20000);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(args[i].bad == 0);
+    }
+    kinf_shm_close(shm);
+}
+
+static void readers_in_processes_survive_a_killed_writer(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 32 << 20);
+    atomic_int *stop = kinf_shm_ptr(shm, kinf_shm_alloc(shm, sizeof(atomic_int)));
+    pid_t readers[2], writer;
+    int status;
+
+    kinf_shm_store_close(st);
+    atomic_init(stop, 0);
+    for (int i = 0; i < 2; i++) {
+        readers[i] = fork();
+        if (readers[i] == 0)
+            _exit(run_reader(shm, kinf_shm_reader_open(shm, getpid()), stop) == 0 ? 0 : 1);
+    }
+    writer = fork();
+    if (writer == 0) {
+        kinf_shm_claim_writer(shm, getpid());
+        churn_writer(shm, 2, -1);
+        _exit(0);
+    }
+    usleep(300 * 1000);
+    kill(writer, SIGKILL);
+    CHECK(waitpid(writer, &status, 0) == writer && WIFSIGNALED(status));
+    CHECK(kinf_shm_claim_writer(shm, getpid()) == KINF_EEXIST);
+    churn_writer(shm, 3, 20000);
+    atomic_store(stop, 1);
+    for (int i = 0; i < 2; i++) {
+        CHECK(waitpid(readers[i], &status, 0) == readers[i]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    {
+        kinf_err err;
+        kinf_shm_store *last = kinf_shm_store_attach(shm, 0, &err);
+        CHECK(last != NULL && check_buckets(last) == 0);
+        kinf_shm_store_close(last);
+    }
+    kinf_shm_close(shm);
+}
+
+TEST_MAIN(TEST(writes_indexes_and_logs), TEST(a_successor_attaches_and_retains_what_it_listed),
+          TEST(a_full_segment_fails_the_write_and_keeps_the_content),
+          TEST(readers_in_threads_see_consistent_buckets),
+          TEST(readers_in_processes_survive_a_killed_writer))
