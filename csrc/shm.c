@@ -56,6 +56,7 @@ typedef struct block {
 struct shm_retired {
     kinf_shm_off off;
     uint64_t epoch;
+    _Atomic uint64_t *holders; /* NULL: no reader holds it beyond a read section */
 };
 
 static shm_header *hdr(const kinf_shm *shm)
@@ -247,6 +248,11 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
 
 kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off)
 {
+    return kinf_shm_retire_held(shm, off, NULL);
+}
+
+kinf_err kinf_shm_retire_held(kinf_shm *shm, kinf_shm_off off, _Atomic uint64_t *holders)
+{
     if (off == 0)
         return KINF_OK;
     if (shm->nretired == shm->cap_retired) {
@@ -261,14 +267,76 @@ kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off)
      * unlink's store is seq_cst or followed by the fence in kinf_shm_reclaim). */
     shm->retired[shm->nretired].off = off;
     shm->retired[shm->nretired].epoch = atomic_load(&hdr(shm)->epoch);
+    shm->retired[shm->nretired].holders = holders;
     shm->nretired++;
     return KINF_OK;
+}
+
+/* Frees dead reader slot i: the hooks clear its bit where users publish holders words, then
+ * the retired blocks' words are cleared, then the slot is free for another process. */
+static void reap(kinf_shm *shm, int i)
+{
+    shm_header *h = hdr(shm);
+    uint64_t bit = 1ull << i;
+    for (size_t k = 0; k < shm->nhooks; k++)
+        shm->hooks[k].fn(shm->hooks[k].ud, i);
+    for (size_t k = 0; k < shm->nretired; k++) {
+        if (shm->retired[k].holders != NULL)
+            atomic_fetch_and(shm->retired[k].holders, ~bit);
+    }
+    atomic_store(&h->readers[i].epoch, 0);
+    atomic_store(&h->readers[i].pid, 0);
+}
+
+size_t kinf_shm_reap_readers(kinf_shm *shm)
+{
+    shm_header *h = hdr(shm);
+    size_t n = 0;
+    for (int i = 0; i < KINF_SHM_READERS; i++) {
+        if (process_gone(atomic_load(&h->readers[i].pid))) {
+            reap(shm, i);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Which readers are alive, each looked up at most once per reclaim (kill costs a syscall). */
+typedef struct liveness {
+    uint64_t checked, alive;
+} liveness;
+
+static int reader_alive(kinf_shm *shm, liveness *lv, int i)
+{
+    uint64_t bit = 1ull << i;
+    if (!(lv->checked & bit)) {
+        int pid = atomic_load(&hdr(shm)->readers[i].pid);
+        lv->checked |= bit;
+        if (pid != 0 && !process_gone(pid))
+            lv->alive |= bit;
+        else if (pid != 0)
+            reap(shm, i);
+        /* pid 0: a free slot holds nothing (a reader releases its holds before it closes) */
+    }
+    return (lv->alive & bit) != 0;
+}
+
+/* Whether a held block may go: no bit set but those of readers that turn out dead (reaped). */
+static int unheld(kinf_shm *shm, liveness *lv, _Atomic uint64_t *holders)
+{
+    uint64_t bits = holders ? atomic_load(holders) : 0;
+    for (int i = 0; bits != 0 && i < KINF_SHM_READERS; i++) {
+        if ((bits & (1ull << i)) && reader_alive(shm, lv, i))
+            return 0;
+    }
+    return holders == NULL || atomic_load(holders) == 0;
 }
 
 size_t kinf_shm_reclaim(kinf_shm *shm)
 {
     shm_header *h = hdr(shm);
     uint64_t oldest, now;
+    liveness lv = {0, 0};
     size_t k = 0;
 
     if (shm->nretired == 0)
@@ -280,16 +348,14 @@ size_t kinf_shm_reclaim(kinf_shm *shm)
         uint64_t e = atomic_load(&h->readers[i].epoch);
         if (e == 0 || e >= oldest)
             continue;
-        if (process_gone(atomic_load(&h->readers[i].pid))) {
-            /* It died inside a read section: nothing of it holds anything any more. */
-            atomic_store(&h->readers[i].epoch, 0);
-            atomic_store(&h->readers[i].pid, 0);
-            continue;
-        }
+        if (!reader_alive(shm, &lv, i))
+            continue; /* it died inside a read section: reaped */
         oldest = e;
     }
     for (size_t i = 0; i < shm->nretired; i++) {
-        if (shm->retired[i].epoch < oldest)
+        /* A holder sets its bit inside a read section: once no section that began before the
+         * retirement is left, a clear word stays clear. */
+        if (shm->retired[i].epoch < oldest && unheld(shm, &lv, shm->retired[i].holders))
             kinf_shm_free(shm, shm->retired[i].off);
         else
             shm->retired[k++] = shm->retired[i];
@@ -298,21 +364,36 @@ size_t kinf_shm_reclaim(kinf_shm *shm)
     return k;
 }
 
+kinf_err kinf_shm_on_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud)
+{
+    if (shm->nhooks == sizeof(shm->hooks) / sizeof(shm->hooks[0]))
+        return KINF_ENOMEM;
+    shm->hooks[shm->nhooks].fn = fn;
+    shm->hooks[shm->nhooks].ud = ud;
+    shm->nhooks++;
+    return KINF_OK;
+}
+
+void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud)
+{
+    for (size_t k = 0; k < shm->nhooks; k++) {
+        if (shm->hooks[k].fn == fn && shm->hooks[k].ud == ud) {
+            shm->hooks[k] = shm->hooks[--shm->nhooks];
+            return;
+        }
+    }
+}
+
 /* ---- readers ---- */
 
 int kinf_shm_reader_open(kinf_shm *shm, int pid)
 {
     shm_header *h = hdr(shm);
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < KINF_SHM_READERS; i++) {
-            int cur = atomic_load(&h->readers[i].pid);
-            if (cur != 0 && (pass == 0 || !process_gone(cur)))
-                continue;
-            /* Pass 0 takes free slots; pass 1 those of processes that are gone. */
-            if (atomic_compare_exchange_strong(&h->readers[i].pid, &cur, pid)) {
-                atomic_store(&h->readers[i].epoch, 0);
-                return i;
-            }
+    for (int i = 0; i < KINF_SHM_READERS; i++) {
+        int cur = 0;
+        if (atomic_compare_exchange_strong(&h->readers[i].pid, &cur, pid)) {
+            atomic_store(&h->readers[i].epoch, 0);
+            return i;
         }
     }
     return -1;

@@ -20,7 +20,14 @@
  * - Any thread of any process reads. A reader registers once (kinf_shm_reader_open: a slot of
  *   the segment's reader table, KINF_SHM_READERS of them) and brackets its reads with
  *   kinf_shm_read_begin / kinf_shm_read_end. Inside, every offset it loaded stays valid; outside,
- *   none. A read section never waits for the writer and the writer never waits for a reader.
+ *   none, unless the reader holds the block: blocks retired with kinf_shm_retire_held carry a
+ *   holders word, where reader slot i sets bit i (inside a read section) for as long as it keeps
+ *   using the block, and clears it when done. A read section never waits for the writer and the
+ *   writer never waits for a reader.
+ * - A reader process that dies keeps its slot until the writer reaps it (kinf_shm_reap_readers,
+ *   or kinf_shm_reclaim when the dead process holds something back): the writer first calls the
+ *   dead-reader hooks (users clear the slot's bit in the blocks they still publish), clears the
+ *   bit in its retired blocks, and only then frees the slot for another process.
  *
  * Crash consistency: the writer publishes every change with one atomic store of an offset
  * (a map slot, a root, the log head) after the memory it points at is complete. A writer killed
@@ -44,7 +51,8 @@
 
 typedef uint64_t kinf_shm_off;
 
-#define KINF_SHM_READERS 256 /* reader slots: one per process (or thread) that reads */
+#define KINF_SHM_READERS 64 /* reader slots: one per process (or thread) that reads; a bit each
+                               in a holders word (kinf_shm_retire_held) */
 #define KINF_SHM_ROOTS 16    /* words of the header the users of the segment keep offsets in */
 
 typedef struct kinf_shm kinf_shm;
@@ -83,16 +91,28 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off);
 /* Frees a published block once every reader that may hold it has left its read section. The
  * retire list is the writer process's memory. KINF_ENOMEM: the block is leaked instead. */
 kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off);
+/* As kinf_shm_retire, for a block readers may hold beyond their read sections: holders is the
+ * block's holders word; the block is freed only once, in addition, no live reader's bit is set
+ * in it. */
+kinf_err kinf_shm_retire_held(kinf_shm *shm, kinf_shm_off off, _Atomic uint64_t *holders);
 /* Advances the epoch and frees the retired blocks no reader can hold any more; returns how many
- * are still waiting. Call it after each batch of writes. A reader slot whose process is gone is
- * released here. */
+ * are still waiting. Call it after each batch of writes. A dead reader that holds something back
+ * is reaped here. */
 size_t kinf_shm_reclaim(kinf_shm *shm);
+/* Reaps the slots of reader processes that are gone (each costs a kill(pid, 0)); returns how
+ * many. Call it now and then (every second or so): a respawned worker needs a free slot. */
+size_t kinf_shm_reap_readers(kinf_shm *shm);
+/* Registers fn(ud, slot), called in the writer before a dead reader's slot is freed (at most
+ * 16 hooks per handle; KINF_ENOMEM past that). kinf_shm_off_dead_reader removes it. */
+kinf_err kinf_shm_on_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud);
+void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud);
 
 /* ---- readers ---- */
 
-/* A reader slot for this process (pid), claimed in the segment; -1 when all are taken by live
- * processes. A slot held by a dead process is taken over. */
+/* A reader slot for this process (pid), claimed in the segment; -1 when every slot is taken (a
+ * dead process's slot is free again once the writer reaped it). */
 int kinf_shm_reader_open(kinf_shm *shm, int pid);
+/* Frees the slot; the reader must have cleared its bit in every block it held. */
 void kinf_shm_reader_close(kinf_shm *shm, int slot);
 /* The read section: every offset loaded between begin and end stays valid until end. Sections
  * do not nest. */
@@ -112,11 +132,18 @@ typedef struct kinf_shm_stats {
 void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out);
 
 /* ---- inline ---- */
+struct shm_hook {
+    void (*fn)(void *ud, int slot);
+    void *ud;
+};
+
 struct kinf_shm {
     unsigned char *base; /* where this process maps the segment */
     size_t size;
     struct shm_retired *retired; /* [writer] blocks waiting for readers to move on */
     size_t nretired, cap_retired;
+    struct shm_hook hooks[16]; /* [writer] dead-reader hooks */
+    size_t nhooks;
 };
 
 static inline void *kinf_shm_ptr(const kinf_shm *shm, kinf_shm_off off)

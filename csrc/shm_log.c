@@ -132,18 +132,29 @@ kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t
     return KINF_OK;
 }
 
-void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d)
+void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d,
+                          size_t holders_at)
 {
     shm_log *l = log_at(shm, log);
     uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
     /* Deferred in seq order: release from the front while the event has left the ring. */
     while (d->first < d->n && head - d->items[d->first].seq > l->cap) {
-        if (kinf_shm_retire(shm, d->items[d->first].off) != KINF_OK)
+        kinf_shm_off off = d->items[d->first].off;
+        _Atomic uint64_t *holders = holders_at == KINF_SHM_NO_HOLDERS
+                                        ? NULL
+                                        : (_Atomic uint64_t *)((unsigned char *)kinf_shm_ptr(shm, off) + holders_at);
+        if (kinf_shm_retire_held(shm, off, holders) != KINF_OK)
             break; /* try again at the next release */
         d->first++;
     }
     if (d->first == d->n)
         d->first = d->n = 0;
+}
+
+kinf_shm_off kinf_shm_log_deferred_at(const kinf_shm_log_deferred *d, size_t i, size_t *n)
+{
+    *n = d->n - d->first;
+    return i < *n ? d->items[d->first + i].off : 0;
 }
 
 void kinf_shm_log_deferred_free(kinf_shm_log_deferred *d)

@@ -58,8 +58,14 @@ typedef struct kinf_shm_log_deferred {
 } kinf_shm_log_deferred;
 /* KINF_ENOMEM: off could not be queued and is leaked instead (never freed early). */
 kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq);
-/* Retires (kinf_shm_retire) every deferred block whose event has left the ring of log. */
-void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d);
+/* Retires every deferred block whose event has left the ring of log: with kinf_shm_retire_held
+ * on the holders word at byte holders_at of each block, or (KINF_SHM_NO_HOLDERS) with
+ * kinf_shm_retire. */
+#define KINF_SHM_NO_HOLDERS ((size_t)-1)
+void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d,
+                          size_t holders_at);
+/* The deferred blocks, oldest first: for (i = 0; i < n; i++) blocks[i]. */
+kinf_shm_off kinf_shm_log_deferred_at(const kinf_shm_log_deferred *d, size_t i, size_t *n);
 /* Frees the bookkeeping (not the blocks: they are the segment's). */
 void kinf_shm_log_deferred_free(kinf_shm_log_deferred *d);
 

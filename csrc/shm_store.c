@@ -12,6 +12,7 @@
 #include "shm_store.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ typedef struct shm_store_hdr {
  * index: a uint32 count, then per value a uint32 length and the bytes with a NUL. */
 typedef struct shm_record {
     kinf_shm_entry h;
+    _Atomic uint64_t holders; /* bit i: reader slot i holds the record (kinf_shm_store_hold) */
     uint32_t json_len;
     uint32_t values_at;
     uint16_t ns_len, name_len, uid_len, rv_len;
@@ -50,6 +52,7 @@ struct kinf_shm_store {
     kinf_shm *shm;
     kinf_shm_off hdr;
     kinf_shm_log_deferred deferred; /* [writer] */
+    int writer;                     /* its dead-reader hook is registered */
 };
 
 static shm_store_hdr *H(const kinf_shm_store *st)
@@ -69,6 +72,22 @@ static const shm_bucket *BKT(const kinf_shm_store *st, kinf_shm_off off)
 
 /* ---- handles ---- */
 
+/* The writer's dead-reader hook: the slot's bit leaves every record the store still publishes
+ * (the items, and the records the log still names). */
+static void forget_reader(void *ud, int slot)
+{
+    kinf_shm_store *st = ud;
+    uint64_t keep = ~(1ull << slot);
+    kinf_shm_map_iter it;
+    kinf_shm_off off;
+    size_t n;
+    kinf_shm_map_iter_init(st->shm, &H(st)->items, &it);
+    while ((off = kinf_shm_map_next(st->shm, &it)) != 0)
+        atomic_fetch_and(&((shm_record *)kinf_shm_ptr(st->shm, off))->holders, keep);
+    for (size_t i = 0; (off = kinf_shm_log_deferred_at(&st->deferred, i, &n)) != 0; i++)
+        atomic_fetch_and(&((shm_record *)kinf_shm_ptr(st->shm, off))->holders, keep);
+}
+
 static kinf_shm_store *handle(kinf_shm *shm, kinf_shm_off hdr, kinf_err *err)
 {
     kinf_shm_store *st = calloc(1, sizeof(*st));
@@ -82,10 +101,21 @@ static kinf_shm_store *handle(kinf_shm *shm, kinf_shm_off hdr, kinf_err *err)
     return st;
 }
 
+kinf_err kinf_shm_store_become_writer(kinf_shm_store *st)
+{
+    if (st->writer)
+        return KINF_OK;
+    if (kinf_shm_on_dead_reader(st->shm, forget_reader, st) != KINF_OK)
+        return KINF_ENOMEM;
+    st->writer = 1;
+    return KINF_OK;
+}
+
 kinf_shm_store *kinf_shm_store_create(kinf_shm *shm, int root, const char *const *index_names,
                                       size_t nindexes, uint64_t log_cap, kinf_err *err)
 {
     kinf_shm_off hoff, log;
+    kinf_shm_store *st;
     shm_store_hdr *h;
 
     if (root < 0 || root >= KINF_SHM_ROOTS || nindexes > KINF_SHM_STORE_INDEXES) {
@@ -118,7 +148,12 @@ kinf_shm_store *kinf_shm_store_create(kinf_shm *shm, int root, const char *const
     for (size_t i = 0; i < nindexes; i++)
         memcpy(h->ix[i].name, index_names[i], strlen(index_names[i]) + 1);
     atomic_store_explicit(kinf_shm_root(shm, root), hoff, memory_order_release);
-    return handle(shm, hoff, err);
+    st = handle(shm, hoff, err);
+    if (st != NULL && (*err = kinf_shm_store_become_writer(st)) != KINF_OK) {
+        kinf_shm_store_close(st);
+        return NULL;
+    }
+    return st;
 }
 
 kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err)
@@ -140,6 +175,8 @@ void kinf_shm_store_close(kinf_shm_store *st)
 {
     if (st == NULL)
         return;
+    if (st->writer)
+        kinf_shm_off_dead_reader(st->shm, forget_reader, st);
     kinf_shm_log_deferred_free(&st->deferred);
     free(st);
 }
@@ -199,6 +236,7 @@ static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
     if (size > 0xffffffffu || (off = kinf_shm_alloc(st->shm, size)) == 0)
         return 0;
     r = kinf_shm_ptr(st->shm, off);
+    atomic_init(&r->holders, 0);
     r->json_len = (uint32_t)obj->json_len;
     r->ns_len = (uint16_t)ns;
     r->name_len = (uint16_t)name;
@@ -254,6 +292,16 @@ size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix,
         }
     }
     return n;
+}
+
+void kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec)
+{
+    atomic_fetch_or(&((shm_record *)kinf_shm_ptr(st->shm, rec))->holders, 1ull << slot);
+}
+
+void kinf_shm_store_release(const kinf_shm_store *st, int slot, kinf_shm_off rec)
+{
+    atomic_fetch_and(&((shm_record *)kinf_shm_ptr(st->shm, rec))->holders, ~(1ull << slot));
 }
 
 void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out)
@@ -456,7 +504,7 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     uint64_t seq;
     kinf_err e;
 
-    if (obj == NULL || kinf_object_is_tombstone(obj))
+    if (obj == NULL || kinf_object_is_tombstone(obj) || !st->writer)
         return KINF_EINVAL;
     old = kinf_shm_map_get(st->shm, &h->items, obj->key, obj->key_len);
     if (old != 0 && same_object(st, old, obj))
@@ -495,6 +543,8 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
     uint64_t seq;
     kinf_err e;
 
+    if (!st->writer)
+        return KINF_EINVAL;
     if (old == 0)
         return KINF_OK;
     e = prepare(st, key, len, old, 0, &cs);
@@ -548,7 +598,7 @@ kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const c
 
 void kinf_shm_store_flush(kinf_shm_store *st)
 {
-    kinf_shm_log_release(st->shm, H(st)->log, &st->deferred);
+    kinf_shm_log_release(st->shm, H(st)->log, &st->deferred, offsetof(shm_record, holders));
     kinf_shm_reclaim(st->shm);
 }
 

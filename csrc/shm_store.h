@@ -12,7 +12,8 @@
  * a record whose resourceVersion and JSON are the ones stored changes nothing and logs nothing
  * (a relist of an unchanged object). Events: ADDED (no record under the key before), UPDATED,
  * DELETED, each naming the record(s); a record leaves the segment once the log has moved past
- * its last event and no reader can hold it (shm_log.h, shm.h).
+ * its last event, no read section can reach it and no reader holds it (kinf_shm_store_hold: how
+ * a reader process keeps the records behind the objects it handed out).
  *
  * Indexes: fixed at creation (names; the first may be the built-in "namespace"). An index maps
  * each value to a bucket, an immutable array of record offsets, sorted by key; a write builds
@@ -57,9 +58,13 @@ typedef struct kinf_shm_view {
  * (KINF_EINVAL, KINF_ENOMEM: the segment is too small). */
 kinf_shm_store *kinf_shm_store_create(kinf_shm *shm, int root, const char *const *index_names,
                                       size_t nindexes, uint64_t log_cap, kinf_err *err);
-/* Any process: the store kept at root (KINF_ENOTFOUND: none yet). The handle is this
- * process's; a writer's successor attaches to go on writing. */
+/* Any process: the store kept at root (KINF_ENOTFOUND: none yet), to read. A handle is used
+ * by one thread at a time. */
 kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err);
+/* Makes an attached handle the writer's (a successor writer, after kinf_shm_claim_writer): it
+ * registers the dead-reader hook on the segment handle, so only the writer thread may call it.
+ * Writes through a handle that is not the writer's fail with KINF_EINVAL. */
+kinf_err kinf_shm_store_become_writer(kinf_shm_store *st);
 /* Frees the handle (and the writer's bookkeeping), not the store. Accepts NULL. */
 void kinf_shm_store_close(kinf_shm_store *st);
 
@@ -84,6 +89,11 @@ int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, ki
  * and *bucket is its offset (0 and n = 0 when none): the same bucket until the value changes. */
 void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
                              const kinf_shm_off **recs, size_t *n, kinf_shm_off *bucket);
+/* Readers: keeps the record at off (reached inside a read section) valid beyond the section,
+ * until kinf_shm_store_release with the same reader slot. One bit per reader slot: a process
+ * that hands the same record out several times counts its uses itself and releases once. */
+void kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec);
+void kinf_shm_store_release(const kinf_shm_store *st, int slot, kinf_shm_off rec);
 /* Fills *out for the record at off. */
 void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out);
 /* record i's values for index ix: n strings (ptr/len pairs written to out, at most max). */

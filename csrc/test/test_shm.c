@@ -270,7 +270,7 @@ static void the_log_keeps_the_last_cap_events_and_tells_a_reader_it_fell_behind(
         kinf_shm_off obj = mkentry(shm, "k", i);
         CHECK(kinf_shm_log_append(shm, log, KINF_SHM_UPDATED, obj, 0) == i);
         CHECK(kinf_shm_log_defer(&d, obj, i) == KINF_OK);
-        kinf_shm_log_release(shm, log, &d);
+        kinf_shm_log_release(shm, log, &d, KINF_SHM_NO_HOLDERS);
     }
     CHECK(kinf_shm_log_head(shm, log) == 41);
     CHECK(kinf_shm_log_read(shm, log, 24, &ev) == KINF_SHM_LOG_BEHIND);
@@ -320,7 +320,7 @@ static void churn_step(churn *c, kinf_shm_log_deferred *d, unsigned *rng)
                                   old);
     }
     (void)kinf_shm_log_defer(d, old, seq);
-    kinf_shm_log_release(c->shm, c->log, d);
+    kinf_shm_log_release(c->shm, c->log, d, KINF_SHM_NO_HOLDERS);
     kinf_shm_reclaim(c->shm);
 }
 

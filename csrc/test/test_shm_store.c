@@ -138,6 +138,8 @@ static void a_successor_attaches_and_retains_what_it_listed(void)
     kinf_shm_store_close(st);
     next = kinf_shm_store_attach(shm, 0, &err);
     CHECK(next != NULL && err == KINF_OK);
+    CHECK(put(next, "x", "y", "", "1") == KINF_EINVAL); /* not the writer's handle yet */
+    CHECK(kinf_shm_store_become_writer(next) == KINF_OK);
     CHECK(kinf_shm_store_attach(shm, 1, &err) == NULL && err == KINF_ENOTFOUND);
     put(next, "b", "p2", "n1", "1"); /* relisted, unchanged: no event */
     CHECK(kinf_shm_store_retain(next, keep_b, NULL) == KINF_OK);
@@ -178,6 +180,85 @@ static void a_full_segment_fails_the_write_and_keeps_the_content(void)
     kinf_shm_close(shm);
 }
 
+/* The record at key in a fresh read section, held by slot. */
+static kinf_shm_off hold(kinf_shm_store *st, kinf_shm *shm, int slot, const char *key)
+{
+    kinf_shm_view v;
+    kinf_shm_off off = 0;
+    kinf_shm_read_begin(shm, slot);
+    if (kinf_shm_store_get(st, key, strlen(key), &v)) {
+        kinf_shm_store_hold(st, slot, v.off);
+        off = v.off;
+    }
+    kinf_shm_read_end(shm, slot);
+    return off;
+}
+
+/* Updates ns/p1 n times (each a new record), flushing after each. */
+static void churn_p1(kinf_shm_store *st, int from, int n)
+{
+    char rv[16];
+    for (int i = from; i < from + n; i++) {
+        snprintf(rv, sizeof(rv), "%d", i);
+        CHECK(put(st, "ns", "p1", "n1", rv) == KINF_OK);
+        kinf_shm_store_flush(st);
+    }
+}
+
+static void a_held_record_outlives_its_section_and_the_log(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 4 << 20);
+    int slot = kinf_shm_reader_open(shm, getpid());
+    kinf_shm_off held;
+    kinf_shm_view v;
+    kinf_shm_stats before, after;
+
+    CHECK(slot >= 0);
+    put(st, "ns", "p1", "n1", "1");
+    held = hold(st, shm, slot, "ns/p1");
+    CHECK(held != 0);
+    churn_p1(st, 2, 200); /* far past the log's 64 events */
+    kinf_shm_store_view(st, held, &v);
+    CHECK(v.resource_version.len == 1 && v.resource_version.ptr[0] == '1');
+    CHECK(strstr(v.json, "\"resourceVersion\":\"1\"") != NULL);
+    kinf_shm_stats_get(shm, &before);
+    CHECK(before.retired >= 1);
+    kinf_shm_store_release(st, slot, held);
+    kinf_shm_store_flush(st);
+    kinf_shm_stats_get(shm, &after);
+    CHECK(after.retired < before.retired && after.used < before.used);
+    kinf_shm_reader_close(shm, slot);
+    kinf_shm_store_close(st);
+    kinf_shm_close(shm);
+}
+
+static void a_dead_holder_is_reaped_and_holds_nothing(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 4 << 20);
+    kinf_shm_stats stats;
+    pid_t child;
+    int status;
+
+    put(st, "ns", "p1", "n1", "1");
+    child = fork();
+    if (child == 0) {
+        int slot = kinf_shm_reader_open(shm, getpid());
+        _exit(slot >= 0 && hold(st, shm, slot, "ns/p1") != 0 ? 0 : 1); /* never releases */
+    }
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    kinf_shm_stats_get(shm, &stats);
+    CHECK(stats.readers == 1);
+    churn_p1(st, 2, 200);
+    kinf_shm_stats_get(shm, &stats);
+    CHECK(stats.readers == 0 && stats.retired == 0);
+    /* A live process whose slot was reaped finds free slots again. */
+    CHECK(kinf_shm_reader_open(shm, getpid()) >= 0);
+    kinf_shm_store_close(st);
+    kinf_shm_close(shm);
+}
+
 /* ---- churn ---- */
 
 #define NODES 7
@@ -193,6 +274,7 @@ static void churn_writer(kinf_shm *shm, unsigned seed, long rounds)
     kinf_err err;
     kinf_shm_store *st = kinf_shm_store_attach(shm, 0, &err);
     char name[16], node[8], rv[16];
+    CHECK(st != NULL && kinf_shm_store_become_writer(st) == KINF_OK);
     for (long r = 0; st != NULL && (rounds < 0 || r < rounds); r++) {
         seed = seed * 1103515245u + 12345u;
         snprintf(name, sizeof(name), "p%u", (seed >> 8) % PODS);
@@ -335,5 +417,7 @@ static void readers_in_processes_survive_a_killed_writer(void)
 
 TEST_MAIN(TEST(writes_indexes_and_logs), TEST(a_successor_attaches_and_retains_what_it_listed),
           TEST(a_full_segment_fails_the_write_and_keeps_the_content),
+          TEST(a_held_record_outlives_its_section_and_the_log),
+          TEST(a_dead_holder_is_reaped_and_holds_nothing),
           TEST(readers_in_threads_see_consistent_buckets),
           TEST(readers_in_processes_survive_a_killed_writer))
