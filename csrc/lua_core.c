@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "lua_kinf.h"
+#include "lua_shared.h"
 
 /* Registry keys: the addresses are unique; the bytes never change. */
 static const char LOGGER_KEY = 0;    /* the logger function, if set */
@@ -107,6 +108,7 @@ static int l_log(lua_State *L)
 
 static const luaL_Reg FUNCS[] = {
     {"store", kl_new_store},
+    {"shm", kl_new_shm},
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
     {"processor", kl_new_processor},
@@ -134,6 +136,7 @@ int luaopen_kinformer_core(lua_State *L)
     kl_open_fifo(L);
     kl_open_client(L);
     kl_open_informer(L);
+    kl_open_shared(L);
 
     luaL_newlib(L, FUNCS);
     kl_open_object(L);

@@ -11,6 +11,8 @@
  * (is_resync: an update that kept the resourceVersion). Objects are pushed (decoded lazily) only
  * for a sink. Returns the number of keys popped.
  * processor:fd() is readable while work is pending (level-triggered, see informer.h).
+ * processor:mirror(segment, slot) also writes every change of the store into a shared store
+ * (lua_shared.c), after the local store and before the sink sees it.
  *
  * The uservalue table keeps the FIFO and store userdata alive; the processor also holds C
  * references of its own. dispatch is not re-entrant (a sink that dispatches gets an error).
@@ -26,6 +28,7 @@
 
 #include "informer.h"
 #include "lua_kinf.h"
+#include "lua_shared.h"
 #include "lua_store.h"
 
 #define PROC_MT "kinformer.processor"
@@ -38,6 +41,7 @@ typedef struct lproc {
     lua_State *L;             /* the dispatching state, for the transform */
     int transform_ref;        /* registry reference or LUA_NOREF */
     int in_dispatch;
+    kl_mirror *mirror;        /* NULL unless processor:mirror */
     unsigned long items, adds, updates, deletes, errors;
     char last_error[320];
 } lproc;
@@ -105,7 +109,7 @@ static kinf_err transform_cb(void *ud, kinf_object *in, kinf_object **out, char 
 
 /* ---- dispatch ---- */
 
-enum { UV_FIFO = 1, UV_STORE = 2 };
+enum { UV_FIFO = 1, UV_STORE = 2, UV_SHM = 3 };
 
 /* Protected: the loop. Stack: proc, max, sink, uservalue, store userdata. */
 static int dispatch_protected(lua_State *L)
@@ -138,6 +142,8 @@ static int dispatch_protected(lua_State *L)
         }
         for (size_t i = 0; i < lp->notes.n; i++) {
             kinf_notification *note = &lp->notes.v[i];
+            if (lp->mirror != NULL)
+                kl_mirror_note(lp->mirror, note);
             if (note->old != NULL && note->old != note->obj)
                 kl_store_unpin(L, 5, note->old);
             if (note->kind == KINF_EVENT_ADD)
@@ -164,6 +170,8 @@ static int dispatch_protected(lua_State *L)
         }
     }
     kinf_notifications_clear(&lp->notes);
+    if (lp->mirror != NULL && n > 0)
+        kl_mirror_flush(lp->mirror);
     lua_pushinteger(L, n);
     return 1;
 }
@@ -214,6 +222,44 @@ static int p_fd(lua_State *L)
     return 1;
 }
 
+/* processor:mirror(segment, slot) -> true | nil, err, code */
+static int p_mirror(lua_State *L)
+{
+    lproc *lp = check_proc(L);
+    lua_Integer root = luaL_checkinteger(L, 3);
+    char msg[256];
+    kinf_err err;
+
+    kl_check_shm(L, 2);
+    if (root < 1 || root > KINF_SHM_ROOTS)
+        return kl_argerror(L, 2, "mirror", "slot must be 1..%d, got %d", KINF_SHM_ROOTS, (int)root);
+    if (lp->mirror != NULL)
+        return kl_argerror(L, 1, "mirror", "this informer mirrors already");
+    lp->mirror = kl_mirror_open(L, 2, (int)root - 1, lp->store, &err, msg, sizeof(msg));
+    if (lp->mirror == NULL)
+        return kl_fail(L, err, msg[0] ? msg : NULL);
+    kl_getuservalue(L, 1);
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, -2, UV_SHM); /* the segment lives as long as the mirror */
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* processor:mirror_retain() -> true | nil, err, code: once synced, drops from the shared store
+ * what a previous writer left there and this informer's list did not bring. */
+static int p_mirror_retain(lua_State *L)
+{
+    lproc *lp = check_proc(L);
+    kinf_err err;
+    if (lp->mirror == NULL)
+        return kl_argerror(L, 1, "mirror_retain", "this informer does not mirror");
+    err = kl_mirror_retain(lp->mirror);
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int p_signal(lua_State *L)
 {
     kinf_wakeup_signal(check_proc(L)->wake);
@@ -244,6 +290,8 @@ static int p_status(lua_State *L)
         lua_pushstring(L, lp->last_error);
         lua_setfield(L, -2, "last_error");
     }
+    if (lp->mirror != NULL)
+        kl_mirror_status(L, lp->mirror);
     return 1;
 }
 
@@ -254,6 +302,8 @@ static int p_gc(lua_State *L)
         return 0;
     kinf_fifo_set_notify(lp->fifo, NULL, NULL);
     kinf_notifications_free(&lp->notes);
+    kl_mirror_close(lp->mirror);
+    lp->mirror = NULL;
     kinf_fifo_unref(lp->fifo);
     kinf_store_unref(lp->store);
     kinf_wakeup_free(lp->wake);
@@ -514,6 +564,8 @@ void kl_open_loop(lua_State *L)
 
 static const luaL_Reg METHODS[] = {
     {"dispatch", p_dispatch},
+    {"mirror", p_mirror},
+    {"mirror_retain", p_mirror_retain},
     {"fd", p_fd},
     {"signal", p_signal},
     {"status", p_status},

@@ -128,6 +128,61 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
     return obj;
 }
 
+/* A borrowed record's allocation: the record, then what to call when it goes. */
+typedef struct borrowed {
+    kinf_object obj;
+    void (*release)(void *ud);
+    void *ud;
+} borrowed;
+
+kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_meta *meta,
+                                void (*release)(void *ud), void *ud, kinf_err *err)
+{
+    const kinf_str *ns = &meta->namespace_;
+    size_t key_len, size;
+    borrowed *b;
+    kinf_object *obj;
+    char *cur;
+
+    if (meta->name.len == 0 || json == NULL || release == NULL) {
+        *err = json == NULL || release == NULL ? KINF_EINVAL : KINF_ENOKEY;
+        return NULL;
+    }
+    key_len = (ns->len ? ns->len + 1 : 0) + meta->name.len;
+    size = sizeof(*b) + ns->len + 1 + meta->name.len + 1 + meta->uid.len + 1 +
+           meta->resource_version.len + 1 + key_len + 1;
+    b = malloc(size);
+    if (b == NULL) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    b->release = release;
+    b->ud = ud;
+    obj = &b->obj;
+    atomic_init(&obj->refs, 1);
+    obj->flags = KINF_OBJ_BORROWED;
+    atomic_init(&obj->labels_at, 0);
+    obj->inner = NULL;
+    obj->json = json;
+    obj->json_len = json_len;
+    cur = (char *)(b + 1);
+    obj->namespace_ = put(&cur, ns->ptr, ns->len);
+    obj->name = put(&cur, meta->name.ptr, meta->name.len);
+    obj->uid = put(&cur, meta->uid.ptr, meta->uid.len);
+    obj->resource_version = put(&cur, meta->resource_version.ptr, meta->resource_version.len);
+    obj->key = cur;
+    if (ns->len) {
+        memcpy(cur, ns->ptr, ns->len);
+        cur[ns->len] = '/';
+        cur += ns->len + 1;
+    }
+    memcpy(cur, meta->name.ptr, meta->name.len);
+    cur[meta->name.len] = '\0';
+    obj->key_len = key_len;
+    *err = KINF_OK;
+    return obj;
+}
+
 kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *inner,
                                 kinf_err *err)
 {
@@ -163,6 +218,9 @@ size_t kinf_object_size(const kinf_object *obj)
 {
     if (kinf_object_is_tombstone(obj))
         return sizeof(*obj) + obj->key_len + 1;
+    if (obj->flags & KINF_OBJ_BORROWED)
+        return sizeof(borrowed) + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
+               strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
     return sizeof(*obj) + obj->json_len + 1 + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
            strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
 }
@@ -182,6 +240,10 @@ void kinf_object_unref(kinf_object *obj)
         if (atomic_fetch_sub_explicit(&obj->refs, 1, memory_order_acq_rel) != 1)
             return;
         inner = obj->inner;
+        if (obj->flags & KINF_OBJ_BORROWED) {
+            borrowed *b = (borrowed *)obj; /* obj is b's first member */
+            b->release(b->ud);
+        }
         free(obj);
         obj = inner;
     }

@@ -29,6 +29,7 @@
 #include "kinf.h"
 
 #define KINF_OBJ_TOMBSTONE 0x1u
+#define KINF_OBJ_BORROWED 0x2u /* the JSON lives elsewhere (kinf_object_borrow) */
 
 typedef struct kinf_object kinf_object;
 struct kinf_object {
@@ -73,9 +74,19 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
 kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *inner,
                                 kinf_err *err);
 
+/*
+ * A record whose JSON is not copied: it points at json_len bytes (NUL-terminated) that the caller
+ * keeps valid and unchanged until release(ud) is called, once, when the record's last reference
+ * goes (on whichever thread drops it). The metadata is copied as kinf_object_new copies it. For
+ * the records of a shared segment (shm_store.h), whose reader holds them meanwhile.
+ */
+kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_meta *meta,
+                                void (*release)(void *ud), void *ud, kinf_err *err);
+
 kinf_object *kinf_object_ref(kinf_object *obj);
 /* Bytes of the record's one allocation (header, JSON, metadata strings, key). A tombstone counts
- * its own allocation only, not the last known object it refers to. */
+ * its own allocation only, not the last known object it refers to; a borrowed record not the
+ * JSON it borrows. */
 size_t kinf_object_size(const kinf_object *obj);
 void kinf_object_unref(kinf_object *obj);
 

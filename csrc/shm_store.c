@@ -35,6 +35,7 @@ typedef struct shm_store_hdr {
 typedef struct shm_record {
     kinf_shm_entry h;
     _Atomic uint64_t holders; /* bit i: reader slot i holds the record (kinf_shm_store_hold) */
+    uint64_t seq;             /* the log seq of the event that wrote it */
     uint32_t json_len;
     uint32_t values_at;
     uint16_t ns_len, name_len, uid_len, rv_len;
@@ -215,7 +216,7 @@ static size_t str_len(const char *s)
 
 /* A new, unpublished record for obj with its index values; 0 when the segment is full. */
 static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
-                               const kinf_values *const *vals)
+                               const kinf_values *const *vals, uint64_t seq)
 {
     size_t nix = H(st)->nindexes;
     size_t ns = str_len(obj->namespace_), name = str_len(obj->name), uid = str_len(obj->uid);
@@ -237,6 +238,7 @@ static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
         return 0;
     r = kinf_shm_ptr(st->shm, off);
     atomic_init(&r->holders, 0);
+    r->seq = seq;
     r->json_len = (uint32_t)obj->json_len;
     r->ns_len = (uint16_t)ns;
     r->name_len = (uint16_t)name;
@@ -309,6 +311,7 @@ void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_vi
     const shm_record *r = REC(st, off);
     const char *p = r->bytes;
     out->off = off;
+    out->seq = r->seq;
     out->json = p;
     out->json_len = r->json_len;
     p += r->json_len + 1;
@@ -509,7 +512,8 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     old = kinf_shm_map_get(st->shm, &h->items, obj->key, obj->key_len);
     if (old != 0 && same_object(st, old, obj))
         return KINF_OK;
-    rec = record_new(st, obj, vals);
+    /* The writer is alone: the event appended below gets the log's head as its seq. */
+    rec = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log));
     if (rec == 0) {
         count_failure(st);
         return KINF_ENOMEM;

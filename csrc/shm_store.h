@@ -45,6 +45,7 @@ typedef struct kinf_shm_store kinf_shm_store;
 /* A record as readers see it: pointers into the segment, valid inside a read section. */
 typedef struct kinf_shm_view {
     kinf_shm_off off;
+    uint64_t seq; /* the log seq of the event that wrote the record */
     const char *json;
     size_t json_len;
     const char *key;

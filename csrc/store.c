@@ -774,6 +774,56 @@ kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values *
     return e;
 }
 
+size_t kinf_store_index_count(kinf_store *s)
+{
+    size_t n;
+    pthread_rwlock_rdlock(&s->lock);
+    n = s->nindexers;
+    pthread_rwlock_unlock(&s->lock);
+    return n;
+}
+
+const char *kinf_store_index_name(kinf_store *s, size_t i)
+{
+    const char *name = NULL;
+    pthread_rwlock_rdlock(&s->lock);
+    if (i < s->nindexers)
+        name = s->indexers[i]->name; /* indexers live as long as the store */
+    pthread_rwlock_unlock(&s->lock);
+    return name;
+}
+
+kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf_values **out,
+                                size_t n)
+{
+    kinf_err e = KINF_OK;
+    item *it;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    /* item->values are written under write_mu; the writer is the caller's thread or waits. */
+    if (pthread_mutex_lock(&s->write_mu) != 0)
+        return KINF_EBUSY;
+    pthread_rwlock_rdlock(&s->lock);
+    it = kinf_map_get(&s->items, key, len);
+    if (it == NULL)
+        e = KINF_ENOTFOUND;
+    for (size_t i = 0; it != NULL && i < n && i < it->nvalues && e == KINF_OK; i++) {
+        const kinf_values *v = it->values[i];
+        if (v != NULL && (out[i] = kinf_values_new(v->v, v->n)) == NULL)
+            e = KINF_ENOMEM;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    pthread_mutex_unlock(&s->write_mu);
+    if (e != KINF_OK) {
+        for (size_t i = 0; i < n; i++) {
+            kinf_values_free(out[i]);
+            out[i] = NULL;
+        }
+    }
+    return e;
+}
+
 unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len)
 {
     unsigned long n;

@@ -160,6 +160,15 @@ kinf_err kinf_store_select(kinf_store *s, const kinf_store_query *q, kinf_object
 kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out);
 /* Whether `index` exists. */
 int kinf_store_has_index(kinf_store *s, const char *index);
+/* The indexes, in registration order (the built-in namespace index first when the store has
+ * it): how many, and the name of index i (valid as long as the store). */
+size_t kinf_store_index_count(kinf_store *s);
+const char *kinf_store_index_name(kinf_store *s, size_t i);
+/* Copies of key's values for indexes 0..n-1 (out[i] NULL: none, or no such index), as the
+ * store computed them at the key's last write. KINF_ENOTFOUND: the key is not stored. Free each
+ * with kinf_values_free. */
+kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf_values **out,
+                                size_t n);
 /* How many index function failures so far; the last message is copied to buf. */
 unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len);
 

@@ -46,3 +46,4 @@ BIND_SRC += csrc/lua_results.c
 BIND_SRC += csrc/lua_fifo.c
 BIND_SRC += csrc/lua_client.c
 BIND_SRC += csrc/lua_informer.c
+BIND_SRC += csrc/lua_shared.c

@@ -1,0 +1,915 @@
+/*
+ * lua_shared.c - the shared cache from Lua: core.shm(size) maps a segment (before nginx forks
+ * its workers), an informer's processor mirrors its store into it (processor:mirror, in
+ * lua_informer.c through kl_shared_mirror_*), and any process reads it with seg:store(slot).
+ *
+ * Readers: get / get_by_key / list / list_keys / by_index / index_keys / list_index_func_values /
+ * len read the segment inside a read section (shm.h) and hand out lazily decoded tables whose
+ * JSON stays in the segment (kinf_object_borrow): the process holds the record (its reader
+ * slot's bit, shm_store.h) for as long as one of its tables is alive. A table is made once per
+ * record version and reused (TABLES / OFFS by key, in the handle's uservalue).
+ * poll(max, fn) hands fn(kind, obj, old, is_initial) the changes since the last poll, in order:
+ * the first poll, and any after the reader fell behind the log, hands every object as an add
+ * (is_initial true) first, then the changes from where that snapshot began, skipping what the
+ * snapshot already showed. The tables of replaced and deleted records leave the cache there,
+ * so a reader should poll (the OpenResty integration does, from a timer).
+ *
+ * Ownership: a segment's C handle (segref) and a reader's state (rstate) are reference counted:
+ * the userdata hold one reference each, every borrowed record one on its reader's state, and
+ * each reader state one on its segment; the mapping goes with the last reference.
+ * Threads: the thread that owns the Lua state.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lua_kinf.h"
+#include "lua_shared.h"
+#include "map.h"
+#include "shm_store.h"
+
+#define KL_SHM_MT "kinformer.shm"
+#define KL_SHARED_MT "kinformer.shared_store"
+
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3 };
+
+typedef struct segref {
+    kinf_shm *shm;
+    long refs;
+} segref;
+
+typedef struct hold {
+    uint64_t off; /* the map's key bytes */
+    long count;   /* borrowed records of this process on it */
+    struct rstate *rs;
+} hold;
+
+typedef struct rstate {
+    long refs;
+    segref *seg;
+    kinf_shm_store *st; /* NULL until the writer created the store */
+    int root;
+    int slot;           /* this process's reader slot, -1 when none could be had */
+    kinf_map holds;     /* record offset (8 bytes) -> hold */
+    uint64_t cursor;    /* the next log seq to deliver; 0: never polled */
+    uint64_t catchup;   /* after a snapshot: events up to this seq may repeat it */
+    kinf_map seen;      /* during catch-up: key -> the seq the handlers have (uintptr_t) */
+    unsigned long resyncs, events;
+} rstate;
+
+typedef struct lseg {
+    segref *seg;
+} lseg;
+
+typedef struct lshared {
+    rstate *rs;
+} lshared;
+
+static void seg_unref(segref *s)
+{
+    if (s != NULL && --s->refs == 0) {
+        kinf_shm_close(s->shm);
+        free(s);
+    }
+}
+
+static void seen_clear(rstate *rs)
+{
+    kinf_map_slot *sl;
+    for (size_t i = 0; (sl = kinf_map_next(&rs->seen, &i)) != NULL;)
+        free((void *)sl->key);
+    kinf_map_free(&rs->seen);
+    kinf_map_init(&rs->seen);
+}
+
+static void rstate_unref(rstate *rs)
+{
+    if (rs == NULL || --rs->refs > 0)
+        return;
+    /* No borrowed record is left (each held a reference): every hold was released. */
+    kinf_map_free(&rs->holds);
+    seen_clear(rs);
+    kinf_map_free(&rs->seen);
+    if (rs->slot >= 0)
+        kinf_shm_reader_close(rs->seg->shm, rs->slot);
+    kinf_shm_store_close(rs->st);
+    seg_unref(rs->seg);
+    free(rs);
+}
+
+/* ---- segments ---- */
+
+static lseg *check_seg(lua_State *L, int idx)
+{
+    return luaL_checkudata(L, idx, KL_SHM_MT);
+}
+
+kinf_shm *kl_check_shm(lua_State *L, int idx)
+{
+    return check_seg(L, idx)->seg->shm;
+}
+
+int kl_new_shm(lua_State *L)
+{
+    lua_Integer size = luaL_checkinteger(L, 1);
+    lseg *ls;
+    kinf_err err;
+
+    if (size < 65536)
+        return kl_argerror(L, 1, "shm", "size must be at least 65536 bytes, got %d", (int)size);
+    ls = kl_newuserdata(L, sizeof(*ls));
+    ls->seg = NULL;
+    luaL_setmetatable(L, KL_SHM_MT);
+    ls->seg = calloc(1, sizeof(*ls->seg));
+    if (ls->seg == NULL)
+        return kl_fail(L, KINF_ENOMEM, NULL);
+    ls->seg->refs = 1;
+    ls->seg->shm = kinf_shm_create((size_t)size, &err);
+    if (ls->seg->shm == NULL) {
+        free(ls->seg);
+        ls->seg = NULL;
+        return kl_fail(L, err, "kinformer: shm: cannot map the segment");
+    }
+    return 1;
+}
+
+static int seg_gc(lua_State *L)
+{
+    lseg *ls = check_seg(L, 1);
+    seg_unref(ls->seg);
+    ls->seg = NULL;
+    return 0;
+}
+
+static void push_stats(lua_State *L, kinf_shm *shm)
+{
+    kinf_shm_stats st;
+    kinf_shm_stats_get(shm, &st);
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, (lua_Integer)st.size);
+    lua_setfield(L, -2, "size");
+    lua_pushinteger(L, (lua_Integer)st.used);
+    lua_setfield(L, -2, "used");
+    lua_pushinteger(L, (lua_Integer)(st.free_listed + st.untouched));
+    lua_setfield(L, -2, "free");
+    lua_pushinteger(L, (lua_Integer)st.alloc_failures);
+    lua_setfield(L, -2, "alloc_failures");
+    lua_pushinteger(L, (lua_Integer)st.takeovers);
+    lua_setfield(L, -2, "takeovers");
+    lua_pushinteger(L, st.readers);
+    lua_setfield(L, -2, "readers");
+    lua_pushinteger(L, (lua_Integer)st.retired);
+    lua_setfield(L, -2, "retired");
+}
+
+static int seg_stats(lua_State *L)
+{
+    lseg *ls = check_seg(L, 1);
+    if (ls->seg == NULL)
+        return luaL_error(L, "kinformer: shm: the segment is gone");
+    push_stats(L, ls->seg->shm);
+    return 1;
+}
+
+static int check_root(lua_State *L, int idx, const char *fname)
+{
+    lua_Integer root = luaL_checkinteger(L, idx);
+    if (root < 1 || root > KINF_SHM_ROOTS)
+        kl_argerror(L, idx - 1, fname, "slot must be 1..%d, got %d", KINF_SHM_ROOTS, (int)root);
+    return (int)root - 1;
+}
+
+/* ---- readers: records to tables ---- */
+
+static void release_hold(void *ud)
+{
+    hold *h = ud;
+    rstate *rs = h->rs;
+    if (--h->count > 0) {
+        rstate_unref(rs);
+        return;
+    }
+    kinf_map_remove(&rs->holds, (const char *)&h->off, sizeof(h->off));
+    kinf_shm_store_release(rs->st, rs->slot, h->off);
+    free(h);
+    rstate_unref(rs);
+}
+
+/* A borrowed record for the record at v (inside a read section): holds it for this process. */
+static kinf_object *borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
+{
+    kinf_meta meta = {v->namespace_, v->name, v->uid, v->resource_version};
+    hold *h = kinf_map_get(&rs->holds, (const char *)&v->off, sizeof(v->off));
+    kinf_object *obj;
+
+    if (h == NULL) {
+        h = calloc(1, sizeof(*h));
+        if (h == NULL) {
+            *err = KINF_ENOMEM;
+            return NULL;
+        }
+        h->off = v->off;
+        h->rs = rs;
+        if (kinf_map_put(&rs->holds, (const char *)&h->off, sizeof(h->off), h) != KINF_OK) {
+            free(h);
+            *err = KINF_ENOMEM;
+            return NULL;
+        }
+        kinf_shm_store_hold(rs->st, rs->slot, v->off);
+    }
+    h->count++;
+    rs->refs++;
+    obj = kinf_object_borrow(v->json, v->json_len, &meta, release_hold, h, err);
+    if (obj == NULL)
+        release_hold(h);
+    return obj;
+}
+
+/* Pushes the table of the record at v (inside a read section): the one made before for this
+ * version of its key, else a new one, which replaces the cached one. Stack: the uservalue at uv.
+ * KINF_ENOMEM (nothing pushed) when the record cannot be borrowed; the caller ends its read
+ * section before it reports it. */
+static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_view *v)
+{
+    kinf_object *obj;
+    kl_guard *g;
+    kinf_err err;
+
+    lua_rawgeti(L, uv, UV_OFFS);
+    lua_pushlstring(L, v->key, v->key_len);
+    lua_rawget(L, -2);
+    if (lua_tonumber(L, -1) == (lua_Number)v->off) {
+        lua_pop(L, 2);
+        lua_rawgeti(L, uv, UV_TABLES);
+        lua_pushlstring(L, v->key, v->key_len);
+        lua_rawget(L, -2);
+        lua_remove(L, -2);
+        return KINF_OK;
+    }
+    lua_pop(L, 2);
+    g = kl_push_guard(L);
+    obj = borrow(rs, v, &err);
+    if (obj == NULL) {
+        lua_pop(L, 1);
+        return err;
+    }
+    g->objs = g->one;
+    g->objs[0] = obj;
+    g->n = 1;
+    kl_push_object(L, obj);
+    kl_guard_release(g); /* the table's box holds its own reference */
+    lua_remove(L, -2);
+    lua_rawgeti(L, uv, UV_TABLES);
+    lua_pushlstring(L, v->key, v->key_len);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    lua_rawgeti(L, uv, UV_OFFS);
+    lua_pushlstring(L, v->key, v->key_len);
+    lua_pushnumber(L, (lua_Number)v->off);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    return KINF_OK;
+}
+
+/* Forgets key's cached table (its record was replaced or deleted). */
+static void forget(lua_State *L, int uv, const char *key, size_t len)
+{
+    for (int t = UV_TABLES; t <= UV_OFFS; t++) {
+        lua_rawgeti(L, uv, t);
+        lua_pushlstring(L, key, len);
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+    }
+}
+
+/* ---- reader handles ---- */
+
+static lshared *check_shared(lua_State *L)
+{
+    lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
+    if (s->rs == NULL)
+        luaL_error(L, "kinformer: shared store is closed");
+    return s;
+}
+
+/* The store of the reader at 1, attaching it when the writer has created it since; raises
+ * "not created yet" through nil returns in the callers. */
+static kinf_shm_store *attached(lua_State *L, rstate *rs)
+{
+    kinf_err err;
+    (void)L;
+    if (rs->st == NULL)
+        rs->st = kinf_shm_store_attach(rs->seg->shm, rs->root, &err);
+    return rs->st;
+}
+
+#define READER_PROLOGUE(fname)                                                       \
+    lshared *s_ = check_shared(L);                                                   \
+    rstate *rs = s_->rs;                                                             \
+    kinf_shm_store *st = attached(L, rs);                                            \
+    int uv;                                                                          \
+    if (st == NULL)                                                                  \
+        return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"); \
+    if (rs->slot < 0)                                                                \
+        return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot"); \
+    kl_getuservalue(L, 1);                                                           \
+    uv = lua_gettop(L)
+
+static int sh_get_by_key(lua_State *L)
+{
+    size_t len;
+    const char *key;
+    kinf_shm_view v;
+    kinf_err err;
+    int found;
+    READER_PROLOGUE("get_by_key");
+    key = luaL_checklstring(L, 2, &len);
+    luaL_checkstack(L, 12, "kinformer: shared store");
+    kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    found = kinf_shm_store_get(st, key, len, &v);
+    /* Only a memory error of Lua can raise inside a section: it stays open until this
+     * process's next read, which only holds reclamation back meanwhile. */
+    err = found ? push_record(L, rs, uv, &v) : KINF_OK;
+    kinf_shm_read_end(rs->seg->shm, rs->slot);
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    if (!found) {
+        forget(L, uv, key, len);
+        lua_pushnil(L);
+    }
+    return 1;
+}
+
+/* Pushes an array of the tables (keys_only: the keys) of n records (inside a read section). */
+static kinf_err push_records(lua_State *L, rstate *rs, int uv, const kinf_shm_off *recs, size_t n,
+                             int keys_only)
+{
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        kinf_shm_view v;
+        kinf_shm_store_view(rs->st, recs[i], &v);
+        if (keys_only) {
+            lua_pushlstring(L, v.key, v.key_len);
+        } else {
+            kinf_err err = push_record(L, rs, uv, &v);
+            if (err != KINF_OK) {
+                lua_pop(L, 1);
+                return err;
+            }
+        }
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    return KINF_OK;
+}
+
+static int by_index_common(lua_State *L, const char *fname, int keys_only)
+{
+    const char *index;
+    size_t len;
+    const char *value;
+    const kinf_shm_off *recs;
+    size_t n;
+    kinf_shm_off bucket;
+    kinf_err err;
+    int ix;
+    READER_PROLOGUE(fname);
+    index = luaL_checkstring(L, 2);
+    value = luaL_checklstring(L, 3, &len);
+    ix = kinf_shm_store_index_of(st, index);
+    if (ix < 0)
+        return kl_argerror(L, 1, fname, "index '%s' does not exist", index);
+    luaL_checkstack(L, 12, "kinformer: shared store");
+    kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    kinf_shm_store_by_index(st, ix, value, len, &recs, &n, &bucket);
+    err = push_records(L, rs, uv, recs, n, keys_only);
+    kinf_shm_read_end(rs->seg->shm, rs->slot);
+    return err == KINF_OK ? 1 : kl_fail(L, err, NULL);
+}
+
+static int sh_by_index(lua_State *L)
+{
+    return by_index_common(L, "by_index", 0);
+}
+
+static int sh_index_keys(lua_State *L)
+{
+    return by_index_common(L, "index_keys", 1);
+}
+
+static int list_common(lua_State *L, int keys_only)
+{
+    kinf_shm_map_iter it;
+    kinf_shm_off off;
+    kinf_err err = KINF_OK;
+    int n = 0;
+    READER_PROLOGUE(keys_only ? "list_keys" : "list");
+    luaL_checkstack(L, 12, "kinformer: shared store");
+    kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    lua_createtable(L, (int)kinf_shm_store_len(st), 0);
+    kinf_shm_store_iter(st, -1, &it);
+    while (err == KINF_OK && (off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
+        kinf_shm_view v;
+        kinf_shm_store_view(st, off, &v);
+        if (keys_only)
+            lua_pushlstring(L, v.key, v.key_len);
+        else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+            break;
+        lua_rawseti(L, -2, ++n);
+    }
+    kinf_shm_read_end(rs->seg->shm, rs->slot);
+    return err == KINF_OK ? 1 : kl_fail(L, err, NULL);
+}
+
+static int sh_list(lua_State *L)
+{
+    return list_common(L, 0);
+}
+
+static int sh_list_keys(lua_State *L)
+{
+    return list_common(L, 1);
+}
+
+static int sh_list_index_func_values(lua_State *L)
+{
+    kinf_shm_map_iter it;
+    kinf_shm_off off;
+    int ix, n = 0;
+    READER_PROLOGUE("list_index_func_values");
+    (void)uv;
+    ix = kinf_shm_store_index_of(st, luaL_checkstring(L, 2));
+    lua_newtable(L);
+    if (ix < 0)
+        return 1; /* as the local store: an unknown index has no values */
+    kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    kinf_shm_store_iter(st, ix, &it);
+    while ((off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
+        kinf_str val = kinf_shm_store_bucket_value(st, off);
+        lua_pushlstring(L, val.ptr, val.len);
+        lua_rawseti(L, -2, ++n);
+    }
+    kinf_shm_read_end(rs->seg->shm, rs->slot);
+    return 1;
+}
+
+static int sh_len(lua_State *L)
+{
+    READER_PROLOGUE("len");
+    (void)uv;
+    lua_pushinteger(L, (lua_Integer)kinf_shm_store_len(st));
+    return 1;
+}
+
+/* ---- poll ---- */
+
+enum { EV_ADD = 1, EV_UPDATE = 2, EV_DELETE = 3 };
+
+static void call_handler(lua_State *L, int fn, int kind, int is_initial)
+{
+    /* Stack: ..., obj, old */
+    lua_pushvalue(L, fn);
+    lua_pushinteger(L, kind);
+    lua_pushvalue(L, -4);
+    lua_pushvalue(L, -4);
+    lua_pushboolean(L, is_initial);
+    lua_call(L, 4, 0);
+    lua_pop(L, 2);
+}
+
+/* The snapshot: every record as an add; remembers what the handlers got, for the catch-up.
+ * The tables are collected inside one read section and handed to fn after it. Returns the
+ * number delivered, or -1 with the error pushed (nil, msg, code). */
+static int resync(lua_State *L, rstate *rs, int uv, int fn)
+{
+    kinf_shm_map_iter it;
+    kinf_shm_off off, log = kinf_shm_store_log(rs->st);
+    kinf_err err = KINF_OK;
+    int n = 0, arr;
+
+    seen_clear(rs);
+    rs->resyncs++;
+    /* Tables cached from before describe what the handlers were told then: start over. */
+    lua_newtable(L);
+    lua_rawseti(L, uv, UV_TABLES);
+    lua_newtable(L);
+    lua_rawseti(L, uv, UV_OFFS);
+    lua_newtable(L);
+    arr = lua_gettop(L);
+    kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    rs->cursor = kinf_shm_log_head(rs->seg->shm, log);
+    rs->catchup = rs->cursor;
+    kinf_shm_store_iter(rs->st, -1, &it);
+    while ((off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
+        kinf_shm_view v;
+        char *key;
+        kinf_shm_store_view(rs->st, off, &v);
+        if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+            break;
+        lua_rawseti(L, arr, ++n);
+        key = malloc(v.key_len ? v.key_len : 1);
+        if (key != NULL) {
+            memcpy(key, v.key, v.key_len);
+            if (kinf_map_put(&rs->seen, key, v.key_len, (void *)(uintptr_t)v.seq) != KINF_OK)
+                free(key);
+        }
+        if (v.seq >= rs->catchup)
+            rs->catchup = v.seq + 1;
+    }
+    kinf_shm_read_end(rs->seg->shm, rs->slot);
+    if (err != KINF_OK) {
+        rs->cursor = 0; /* the next poll starts over */
+        lua_pop(L, 1);
+        kl_fail(L, err, NULL);
+        return -1;
+    }
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, arr, i);
+        lua_pushnil(L);
+        call_handler(L, fn, EV_ADD, 1);
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+static int sh_poll(lua_State *L)
+{
+    lua_Integer max;
+    int fn, n = 0;
+    kinf_shm_off log;
+    READER_PROLOGUE("poll");
+    max = luaL_optinteger(L, 2, 100);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    fn = 3;
+    luaL_checkstack(L, 16, "kinformer: shared store");
+    log = kinf_shm_store_log(st);
+    if (rs->cursor == 0) {
+        int got = resync(L, rs, uv, fn);
+        if (got < 0)
+            return 3;
+        n += got;
+    }
+    while (n < max) {
+        kinf_shm_event ev;
+        kinf_shm_view v, old;
+        kinf_shm_log_read_result r;
+        int deliver = 1, got;
+        kinf_err err = KINF_OK;
+
+        kinf_shm_read_begin(rs->seg->shm, rs->slot);
+        r = kinf_shm_log_read(rs->seg->shm, log, rs->cursor, &ev);
+        if (r != KINF_SHM_LOG_EVENT) {
+            kinf_shm_read_end(rs->seg->shm, rs->slot);
+            if (r == KINF_SHM_LOG_NONE)
+                break;
+            got = resync(L, rs, uv, fn); /* fell behind: start over */
+            if (got < 0)
+                return 3;
+            n += got;
+            continue;
+        }
+        rs->cursor++;
+        rs->events++;
+        kinf_shm_store_view(st, ev.obj, &v);
+        if (ev.seq < rs->catchup) {
+            /* Within the snapshot's span: only what the handlers have not seen. */
+            uintptr_t had = (uintptr_t)kinf_map_get(&rs->seen, v.key, v.key_len);
+            int known = kinf_map_find(&rs->seen, v.key, v.key_len) != NULL;
+            if (ev.type == KINF_SHM_DELETED)
+                deliver = known && had < ev.seq;
+            else
+                deliver = !known || had < ev.seq;
+            if (deliver) {
+                char *key = malloc(v.key_len ? v.key_len : 1);
+                kinf_map_slot *sl = kinf_map_find(&rs->seen, v.key, v.key_len);
+                if (sl != NULL) {
+                    sl->value = (void *)(uintptr_t)ev.seq;
+                    free(key);
+                } else if (key != NULL) {
+                    memcpy(key, v.key, v.key_len);
+                    if (kinf_map_put(&rs->seen, key, v.key_len, (void *)(uintptr_t)ev.seq) !=
+                        KINF_OK)
+                        free(key);
+                }
+            }
+        }
+        if (!deliver) {
+            kinf_shm_read_end(rs->seg->shm, rs->slot);
+            continue;
+        }
+        if (ev.type == KINF_SHM_UPDATED && ev.old != 0) {
+            kinf_shm_store_view(st, ev.old, &old);
+            err = push_record(L, rs, uv, &old); /* the table handed out before, if any */
+            if (err == KINF_OK) {
+                forget(L, uv, v.key, v.key_len);
+                if ((err = push_record(L, rs, uv, &v)) == KINF_OK)
+                    lua_insert(L, -2);
+                else
+                    lua_pop(L, 1);
+            }
+        } else if ((err = push_record(L, rs, uv, &v)) == KINF_OK) {
+            if (ev.type == KINF_SHM_DELETED)
+                forget(L, uv, v.key, v.key_len);
+            lua_pushnil(L);
+        }
+        kinf_shm_read_end(rs->seg->shm, rs->slot);
+        if (err != KINF_OK) {
+            rs->cursor--; /* delivered at the next poll */
+            return kl_fail(L, err, NULL);
+        }
+        call_handler(L, fn, ev.type == KINF_SHM_DELETED ? EV_DELETE
+                            : ev.type == KINF_SHM_UPDATED ? EV_UPDATE : EV_ADD, 0);
+        n++;
+        if (rs->cursor >= rs->catchup && rs->seen.count > 0)
+            seen_clear(rs);
+    }
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+static int sh_status(lua_State *L)
+{
+    kinf_shm_store_info info;
+    lshared *s = check_shared(L);
+    rstate *rs = s->rs;
+    kinf_shm_store *st = attached(L, rs);
+    lua_createtable(L, 0, 10);
+    lua_pushboolean(L, st != NULL);
+    lua_setfield(L, -2, "created");
+    if (st != NULL) {
+        kinf_shm_store_info_get(st, &info);
+        lua_pushinteger(L, (lua_Integer)info.items);
+        lua_setfield(L, -2, "items");
+        lua_pushinteger(L, (lua_Integer)info.writes);
+        lua_setfield(L, -2, "writes");
+        lua_pushinteger(L, (lua_Integer)info.write_failures);
+        lua_setfield(L, -2, "write_failures");
+        lua_pushinteger(L, (lua_Integer)info.log_head);
+        lua_setfield(L, -2, "log_head");
+    }
+    lua_pushinteger(L, (lua_Integer)rs->cursor);
+    lua_setfield(L, -2, "cursor");
+    lua_pushinteger(L, (lua_Integer)rs->resyncs);
+    lua_setfield(L, -2, "resyncs");
+    lua_pushinteger(L, (lua_Integer)rs->events);
+    lua_setfield(L, -2, "events");
+    lua_pushinteger(L, (lua_Integer)rs->holds.count);
+    lua_setfield(L, -2, "held");
+    lua_pushinteger(L, rs->slot);
+    lua_setfield(L, -2, "slot");
+    push_stats(L, rs->seg->shm);
+    lua_setfield(L, -2, "segment");
+    return 1;
+}
+
+static int sh_close(lua_State *L)
+{
+    lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
+    if (s->rs == NULL)
+        return 0;
+    /* The cached tables go with the uservalue; each releases its hold when collected. */
+    kl_getuservalue(L, 1);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_TABLES);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_OFFS);
+    rstate_unref(s->rs);
+    s->rs = NULL;
+    return 0;
+}
+
+static int seg_store(lua_State *L)
+{
+    lseg *ls = check_seg(L, 1);
+    int root = check_root(L, 2, "store");
+    lshared *s;
+    rstate *rs;
+
+    if (ls->seg == NULL)
+        return luaL_error(L, "kinformer: shm: the segment is gone");
+    s = kl_newuserdata(L, sizeof(*s));
+    s->rs = NULL;
+    luaL_setmetatable(L, KL_SHARED_MT);
+    lua_createtable(L, 3, 0);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, UV_SEG);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_TABLES);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_OFFS);
+    kl_setuservalue(L, -2);
+    rs = calloc(1, sizeof(*rs));
+    if (rs == NULL)
+        return kl_fail(L, KINF_ENOMEM, NULL);
+    rs->refs = 1;
+    rs->seg = ls->seg;
+    ls->seg->refs++;
+    rs->root = root;
+    rs->slot = kinf_shm_reader_open(ls->seg->shm, (int)getpid());
+    kinf_map_init(&rs->holds);
+    kinf_map_init(&rs->seen);
+    s->rs = rs;
+    return 1;
+}
+
+static const luaL_Reg SEG_METHODS[] = {
+    {"store", seg_store},
+    {"stats", seg_stats},
+    {NULL, NULL},
+};
+
+static const luaL_Reg SEG_META[] = {
+    {"__gc", seg_gc},
+    {NULL, NULL},
+};
+
+static const luaL_Reg SHARED_METHODS[] = {
+    {"get", sh_get_by_key},
+    {"get_by_key", sh_get_by_key},
+    {"list", sh_list},
+    {"list_keys", sh_list_keys},
+    {"by_index", sh_by_index},
+    {"index_keys", sh_index_keys},
+    {"list_index_func_values", sh_list_index_func_values},
+    {"len", sh_len},
+    {"poll", sh_poll},
+    {"status", sh_status},
+    {"close", sh_close},
+    {NULL, NULL},
+};
+
+static const luaL_Reg SHARED_META[] = {
+    {"__gc", sh_close},
+    {"__len", sh_len},
+    {NULL, NULL},
+};
+
+void kl_open_shared(lua_State *L)
+{
+    kl_new_class(L, KL_SHM_MT, SEG_METHODS, SEG_META);
+    kl_new_class(L, KL_SHARED_MT, SHARED_METHODS, SHARED_META);
+}
+
+/* ---- the writer's mirror ---- */
+
+struct kl_mirror {
+    segref *seg;
+    kinf_shm_store *st;
+    kinf_store *local;    /* one reference */
+    size_t nindexes;
+    int took_over;        /* attached to a previous writer's store */
+    unsigned long writes, failures;
+    char last_error[200];
+    double last_reap;
+};
+
+kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local, kinf_err *err,
+                          char *msg, size_t msglen)
+{
+    lseg *ls = check_seg(L, seg_idx);
+    kinf_shm *shm = ls->seg->shm;
+    const char *names[KINF_SHM_STORE_INDEXES];
+    size_t n = kinf_store_index_count(local);
+    kl_mirror *m;
+    kinf_err claim;
+
+    msg[0] = '\0';
+    if (n > KINF_SHM_STORE_INDEXES) {
+        kinf_errmsg(msg, msglen, "a shared store takes at most %d indexes, this one has %d",
+                    KINF_SHM_STORE_INDEXES, (int)n);
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        names[i] = kinf_store_index_name(local, i);
+    claim = kinf_shm_claim_writer(shm, (int)getpid());
+    if (claim == KINF_EBUSY) {
+        kinf_errmsg(msg, msglen, "another live process writes this segment");
+        *err = KINF_EBUSY;
+        return NULL;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    m->st = kinf_shm_store_attach(shm, root, err);
+    if (m->st != NULL) {
+        int same = 1;
+        for (size_t i = 0; i < n; i++)
+            same &= kinf_shm_store_index_of(m->st, names[i]) == (int)i;
+        if (!same) {
+            kinf_errmsg(msg, msglen, "the shared store in slot %d has other indexes", root + 1);
+            *err = KINF_EINVAL;
+        } else {
+            *err = kinf_shm_store_become_writer(m->st);
+            m->took_over = 1;
+        }
+    } else {
+        m->st = kinf_shm_store_create(shm, root, names, n, 4096, err);
+        if (m->st == NULL)
+            kinf_errmsg(msg, msglen, "the segment has no room for the store");
+    }
+    if (m->st == NULL || *err != KINF_OK) {
+        kinf_shm_store_close(m->st);
+        free(m);
+        return NULL;
+    }
+    m->seg = ls->seg;
+    m->seg->refs++;
+    m->local = kinf_store_ref(local);
+    m->nindexes = n;
+    return m;
+}
+
+static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
+{
+    m->failures++;
+    kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
+                e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
+}
+
+void kl_mirror_note(kl_mirror *m, const kinf_notification *note)
+{
+    kinf_values *vals[KINF_SHM_STORE_INDEXES];
+    const kinf_object *obj = note->obj;
+    kinf_err e;
+
+    if (note->kind == KINF_EVENT_DELETE) {
+        e = kinf_shm_store_delete(m->st, obj->key, obj->key_len);
+    } else {
+        e = kinf_store_item_values(m->local, obj->key, obj->key_len, vals, m->nindexes);
+        if (e == KINF_OK) {
+            e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);
+            for (size_t i = 0; i < m->nindexes; i++)
+                kinf_values_free(vals[i]);
+        }
+    }
+    if (e == KINF_OK)
+        m->writes++;
+    else
+        mirror_failed(m, e, obj->key);
+}
+
+void kl_mirror_flush(kl_mirror *m)
+{
+    double now = kinf_now();
+    kinf_shm_store_flush(m->st);
+    if (now - m->last_reap >= 1.0) { /* a respawned worker needs its predecessor's slot */
+        m->last_reap = now;
+        kinf_shm_reap_readers(m->seg->shm);
+    }
+}
+
+static int in_local(void *ud, const char *key, size_t len)
+{
+    kinf_object *o = kinf_store_get(ud, key, len);
+    kinf_object_unref(o);
+    return o != NULL;
+}
+
+kinf_err kl_mirror_retain(kl_mirror *m)
+{
+    kinf_err e = kinf_shm_store_retain(m->st, in_local, m->local);
+    if (e != KINF_OK)
+        mirror_failed(m, e, "(retain)");
+    kinf_shm_store_flush(m->st);
+    return e;
+}
+
+void kl_mirror_status(lua_State *L, kl_mirror *m)
+{
+    kinf_shm_store_info info;
+    kinf_shm_store_info_get(m->st, &info);
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, (lua_Integer)info.items);
+    lua_setfield(L, -2, "items");
+    lua_pushinteger(L, (lua_Integer)m->writes);
+    lua_setfield(L, -2, "writes");
+    lua_pushinteger(L, (lua_Integer)m->failures);
+    lua_setfield(L, -2, "failures");
+    lua_pushinteger(L, (lua_Integer)info.log_head);
+    lua_setfield(L, -2, "log_head");
+    lua_pushboolean(L, m->took_over);
+    lua_setfield(L, -2, "took_over");
+    if (m->last_error[0]) {
+        lua_pushstring(L, m->last_error);
+        lua_setfield(L, -2, "last_error");
+    }
+    push_stats(L, m->seg->shm);
+    lua_setfield(L, -2, "segment");
+    lua_setfield(L, -2, "shared");
+}
+
+void kl_mirror_close(kl_mirror *m)
+{
+    if (m == NULL)
+        return;
+    kinf_shm_store_flush(m->st);
+    kinf_shm_store_close(m->st);
+    kinf_shm_release_writer(m->seg->shm, (int)getpid());
+    kinf_store_unref(m->local);
+    seg_unref(m->seg);
+    free(m);
+}

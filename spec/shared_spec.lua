@@ -1,0 +1,182 @@
+-- The shared cache from Lua, in one process: an informer's processor mirrors its store into a
+-- segment (processor:mirror) and a reader handle (seg:store) reads it: lookups, lazily decoded
+-- objects whose JSON stays in the segment, holds released with the tables, events with the
+-- initial snapshot and a resync after falling behind, and a full segment. Several processes
+-- (fork, a killed writer) are covered by the C tests (csrc/test/test_shm*.c).
+local core = require "kinformer.core"
+local kinformer = require "kinformer"
+
+local function pod(name, node, rv)
+  return {
+    apiVersion = "v1", kind = "Pod",
+    metadata = { namespace = "ns", name = name, resourceVersion = tostring(rv or 1),
+                 labels = { app = "web" } },
+    spec = { nodeName = node, containers = { { name = "c", image = "nginx" } } },
+  }
+end
+
+-- A writer: a store with a by_node index, its FIFO and processor, mirrored into slot 1.
+local function writer(seg)
+  local store = kinformer.store{ indexers = {
+    by_node = function(p) return { p.spec.nodeName } end } }
+  local fifo = kinformer.delta_fifo{ known_objects = store, emit_replaced = true }
+  local proc = core.processor(fifo, store)
+  assert(proc:mirror(seg, 1))
+  return {
+    put = function(...) for _, o in ipairs{ ... } do fifo:update(o) end; proc:dispatch(1000) end,
+    delete = function(o) fifo:delete(o); proc:dispatch(1000) end,
+    proc = proc,
+  }
+end
+
+-- Every event poll hands out, as "kind:name[:old name rv]" strings.
+local function poll_all(reader)
+  local got = {}
+  local n = reader:poll(100000, function(kind, obj, old, initial)
+    local s = ({ "add", "update", "delete" })[kind] .. ":" .. obj.metadata.name .. "@" ..
+      obj.metadata.resourceVersion
+    if old then s = s .. "<" .. old.metadata.resourceVersion end
+    if initial then s = s .. "!" end
+    got[#got + 1] = s
+  end)
+  assert(n == #got)
+  return got
+end
+
+describe("shared store", function()
+  it("reads what the writer mirrored: get, by_index sorted, list, index values, len", function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local reader = seg:store(1)
+    local none, err, code = reader:get("ns/a")
+    assert.is_nil(none)
+    assert.equal("ENOTFOUND", code, err)
+    local w = writer(seg)
+    w.put(pod("b", "n1"), pod("a", "n1"), pod("c", "n2"))
+    assert.equal(3, reader:len())
+    assert.equal("n1", reader:get("ns/a").spec.nodeName)
+    assert.is_nil(reader:get("ns/zz"))
+    assert.same({ "ns/a", "ns/b" }, reader:index_keys("by_node", "n1"))
+    local on_n1 = reader:by_index("by_node", "n1")
+    assert.equal(2, #on_n1)
+    assert.equal("a", on_n1[1].metadata.name)
+    assert.is_true(rawequal(on_n1[1], reader:get("ns/a"))) -- one table per record version
+    local keys = reader:list_keys()
+    table.sort(keys)
+    assert.same({ "ns/a", "ns/b", "ns/c" }, keys)
+    assert.equal(3, #reader:list())
+    local nodes = reader:list_index_func_values("by_node")
+    table.sort(nodes)
+    assert.same({ "n1", "n2" }, nodes)
+    assert.same({ "ns" }, reader:list_index_func_values("namespace"))
+    assert.same({}, reader:list_index_func_values("nope"))
+    assert.has_error(function() reader:by_index("nope", "x") end)
+    -- Objects are the usual lazy, read-only tables, decoded from the segment.
+    local a = reader:get("ns/a")
+    assert.equal("web", a.metadata.labels.app)
+    assert.equal("nginx", a.spec.containers[1].image)
+    local members = {}
+    for k in kinformer.pairs(a) do members[#members + 1] = k end
+    table.sort(members)
+    assert.same({ "apiVersion", "kind", "metadata", "spec" }, members)
+    assert.has_error(function() a.extra = 1 end)
+    -- A move between index values and a delete.
+    w.put(pod("a", "n2", 2))
+    w.delete(pod("b", "n1"))
+    assert.same({}, reader:index_keys("by_node", "n1"))
+    assert.same({ "ns/a", "ns/c" }, reader:index_keys("by_node", "n2"))
+    assert.equal(2, reader:get("ns/a").metadata.resourceVersion + 0)
+    local st = w.proc:status().shared
+    assert.equal(2, st.items)
+    assert.equal(5, st.writes)
+    assert.equal(0, st.failures)
+  end)
+
+  it("poll: the content as initial adds, then every change in order with the old object", function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local w = writer(seg)
+    local reader = seg:store(1)
+    w.put(pod("a", "n1"), pod("b", "n1"))
+    local first = poll_all(reader)
+    table.sort(first)
+    assert.same({ "add:a@1!", "add:b@1!" }, first)
+    assert.same({}, poll_all(reader))
+    local before = reader:get("ns/a")
+    w.put(pod("a", "n2", 2), pod("c", "n1", 3))
+    w.delete(pod("b", "n1"))
+    local old
+    reader:poll(100, function(kind, obj, o) if kind == 2 then old = o end end)
+    assert.is_true(rawequal(before, old)) -- the table handed out before is the old object
+    w.put(pod("d", "n1", 4))
+    assert.same({ "add:d@4" }, poll_all(reader))
+    local s = reader:status()
+    assert.equal(1, s.resyncs)
+    assert.equal(3, s.items)
+  end)
+
+  it("a reader that fell behind the log starts over: the content again, once", function()
+    local seg = core.shm(16 * 1024 * 1024)
+    local w = writer(seg)
+    local reader = seg:store(1)
+    w.put(pod("a", "n1"))
+    poll_all(reader)
+    for rv = 2, 4200 do w.put(pod("a", "n1", rv)) end -- more than the log's 4096 events
+    w.put(pod("b", "n1", 4201))
+    local got = poll_all(reader)
+    table.sort(got)
+    assert.same({ "add:a@4200!", "add:b@4201!" }, got)
+    assert.equal(2, reader:status().resyncs)
+  end)
+
+  it("holds records while their tables live, and releases them with the tables", function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local w = writer(seg)
+    local reader = seg:store(1)
+    w.put(pod("a", "n1"), pod("b", "n1"))
+    local kept = reader:get("ns/a")
+    reader:list()
+    assert.equal(2, reader:status().held)
+    for rv = 2, 50 do w.put(pod("a", "n1", rv)) end
+    assert.equal("1", kept.metadata.resourceVersion) -- the old version, still readable
+    assert.equal("n1", kept.spec.nodeName)
+    poll_all(reader) -- follows the changes: the cache lets the old tables go
+    kept = nil
+    collectgarbage()
+    collectgarbage()
+    assert.equal(2, reader:status().held) -- a@50 (the snapshot's table) and b
+    w.put(pod("c", "n1", 99)) -- the writer frees what no one holds
+    assert.equal(0, seg:stats().retired)
+    reader:close()
+    collectgarbage()
+    collectgarbage()
+  end)
+
+  it("a full segment: the write fails, is counted and logged in status, the content stays", function()
+    local seg = core.shm(256 * 1024)
+    local w = writer(seg)
+    local reader = seg:store(1)
+    local big = string.rep("x", 4000)
+    local n = 0
+    for i = 1, 200 do
+      local p = pod("p" .. i, "n1")
+      p.metadata.annotations = { big = big }
+      w.put(p)
+    end
+    local st = w.proc:status().shared
+    assert.is_true(st.failures > 0)
+    assert.matches("the segment is full", st.last_error, 1, true)
+    n = reader:len()
+    assert.equal(st.items, n)
+    assert.equal(n, #reader:index_keys("by_node", "n1"))
+    assert.is_true(seg:stats().alloc_failures > 0)
+  end)
+
+  it("wrong arguments raise at the caller's line", function()
+    assert.has_error(function() core.shm(10) end)
+    local seg = core.shm(1024 * 1024)
+    assert.has_error(function() seg:store(0) end)
+    assert.has_error(function() seg:store(17) end)
+    local reader = seg:store(1)
+    reader:close()
+    assert.has_error(function() reader:len() end, "kinformer: shared store is closed")
+  end)
+end)
