@@ -108,12 +108,24 @@ local function describe_model(model)
       return model == "worker" and 2 or 1
     end
 
-    -- pids: when given, every status must come from one of these processes (after a reload
-    -- the old workers' last samples may linger up to 1 s)
-    local function all_synced(st, pids)
-      if #st.processes ~= informer_processes() then return false end
+    -- The processes of a status that run the informer (in the shared model the workers that
+    -- only read publish their status too).
+    local function inf_procs(st)
+      local out = {}
       for _, p in ipairs(st.processes) do
-        if not (p.synced and p.informers.endpointslices.synced) then return false end
+        if p.informers.endpointslices then out[#out + 1] = p end
+      end
+      return out
+    end
+
+    -- pids: when given, every status must come from one of these processes (after a reload
+    -- the old workers' last samples may linger up to 1 s). Shared model: the readers too.
+    local function all_synced(st, pids)
+      if #inf_procs(st) ~= informer_processes() then return false end
+      if model == "shared" and #st.processes ~= 2 then return false end
+      for _, p in ipairs(st.processes) do
+        local inf = p.informers.endpointslices
+        if not p.synced or (inf and not inf.synced) then return false end
         if pids and not pids[p.pid] then return false end
       end
       return true
@@ -222,8 +234,8 @@ local function describe_model(model)
     it("serves /kinformer/status and /metrics for every informer process", function()
       local st = status()
       assert.equals(model, st.model)
-      assert.equals(informer_processes(), #st.processes)
-      for _, p in ipairs(st.processes) do
+      assert.equals(informer_processes(), #inf_procs(st))
+      for _, p in ipairs(inf_procs(st)) do
         local inf = p.informers.endpointslices
         assert.equals("endpointslices", inf.resource)
         assert.equals("watching", inf.phase)
@@ -258,14 +270,14 @@ local function describe_model(model)
       -- nothing reachable: routing goes on from the cache
       assert.equals(B2 .. "," .. B4, keys(hits(30)))
       wait_status(function(st)
-        for _, p in ipairs(st.processes) do
+        for _, p in ipairs(inf_procs(st)) do
           if not p.informers.endpointslices.last_error then return false end
         end
-        return #st.processes == informer_processes()
+        return #inf_procs(st) == informer_processes()
       end, 5, "the list/watch error in every process")
       assert.equals(B2 .. "," .. B4, keys(hits(10)))
       local lists = {}
-      for _, p in ipairs(status().processes) do lists[p.pid] = p.informers.endpointslices.lists end
+      for _, p in ipairs(inf_procs(status())) do lists[p.pid] = p.informers.endpointslices.lists end
       -- back on the same port, with another state (its resourceVersions start lower: the
       -- informers' watch is refused as too new and they relist)
       srv = fake.start{ args = { "--port", api_port }, quiet = true }
@@ -276,13 +288,13 @@ local function describe_model(model)
       -- every process relisted, watches again, and dropped what the new server does not have
       -- (its sample cluster): 2 slices left. (Other processes' status is up to 1 s old.)
       wait_status(function(st)
-        for _, p in ipairs(st.processes) do
+        for _, p in ipairs(inf_procs(st)) do
           local inf = p.informers.endpointslices
           if inf.phase ~= "watching" or inf.lists <= (lists[p.pid] or 0) or inf.objects ~= 2 then
             return false
           end
         end
-        return #st.processes == informer_processes()
+        return #inf_procs(st) == informer_processes()
       end, 6, "a relist, a watch and 2 objects in every process")
       assert.equals(informer_processes(), watches())
       srv:objects(baseline(port)) -- the baseline for the next blocks
@@ -309,7 +321,7 @@ local function describe_model(model)
         -- which new workers run informers: from the status that showed them all synced (a
         -- later one may still carry an old worker's last sample)
         local runs = {}
-        for _, p in ipairs(synced.processes) do runs[p.pid] = true end
+        for _, p in ipairs(inf_procs(synced)) do runs[p.pid] = true end
         for _, k in ipairs(kids) do
           local want = runs[k.pid] and 3 or 1
           local until_t = now() + 3
@@ -337,6 +349,7 @@ local function describe_model(model)
   end)
 end
 
+describe_model("shared")
 describe_model("worker")
 describe_model("agent")
 

@@ -7,10 +7,14 @@
 -- ready unless conditions.ready is false) are recomputed into the view `routes`. A request reads
 -- the view, picks the next endpoint round-robin (per worker) and balancer_by_lua* connects to it;
 -- a failed connection retries the next one. No ready endpoint: 503 with a body saying why.
+-- In the shared model (the default) one process watches and every worker reads the slices from
+-- shared memory: the same handlers run in every worker and keep that worker's routes.
 --
 -- Settings come from the environment (declared with `env` in nginx.conf):
 --   KINFORMER_SERVER       API server URL (unset: $KUBECONFIG, ~/.kube/config or in-cluster)
---   KINFORMER_MODEL        "worker" (default: informers in every worker) or "agent"
+--   KINFORMER_MODEL        "shared" (default: one watch, one cache in shared memory), "worker"
+--                          (informers in every worker) or "agent"
+--   KINFORMER_SHARED_SIZE  the shared model's memory (default "64m")
 --   KINFORMER_NAMESPACE    watch one namespace (default: all)
 --   KINFORMER_PORT_NAME    which port of the slices to use (default: the first)
 --   KINFORMER_INTERVAL     dispatch interval in seconds (default 0.1)
@@ -31,9 +35,9 @@ local _M = {}
 -- "namespace/service" -> { "ip:port", ... } (sorted; empty: slices exist, none ready)
 local routes = kngx.view{ name = "routes" }
 local position = {}        -- per worker: service -> last endpoint index used (round robin)
-local slice_service = {}   -- informer process: slice key -> its service key
-local dirty = {}           -- informer process: services to recompute after this tick
-local store                -- informer process: the EndpointSlice cache
+local slice_service = {}   -- handlers' process: slice key -> its service key
+local dirty = {}           -- handlers' process: services to recompute after this tick
+local store                -- the EndpointSlice cache (shared model: in every worker)
 
 local function env(name, default)
   local v = os_getenv(name)
@@ -41,9 +45,15 @@ local function env(name, default)
   return v
 end
 
+local function model()
+  return env("KINFORMER_MODEL", "shared")
+end
+
 --- init_by_lua*: runs in the master (also on every reload).
 function _M.init()
-  if env("KINFORMER_MODEL", "worker") == "agent" then kngx.enable_agent() end
+  local m = model()
+  if m == "agent" or m == "shared" then kngx.enable_agent() end
+  if m == "shared" then kngx.shared_memory(env("KINFORMER_SHARED_SIZE", "64m")) end
 end
 
 -- ---- the informer side ----
@@ -149,8 +159,9 @@ end
 function _M.init_worker()
   port_name = env("KINFORMER_PORT_NAME", nil)
   local server = env("KINFORMER_SERVER", nil)
+  local m = model()
   local ok, err = kngx.start{
-    model = env("KINFORMER_MODEL", "worker"),
+    model = m,
     client = server and { server = server } or nil,
     informers = {
       endpointslices = {
@@ -159,16 +170,17 @@ function _M.init_worker()
         backoff_max = tonumber(env("KINFORMER_BACKOFF_MAX", "30")),
       },
     },
-    setup = function(informers)
+    setup = function(informers) -- in the process(es) that run the informer
       local slices = informers.endpointslices
       assert(slices:add_indexers{ service = service_index })
-      assert(slices:add_handler(handlers))
-      store = slices:store()
+      if m ~= "shared" then assert(slices:add_handler(handlers)) end
     end,
+    handlers = m == "shared" and { endpointslices = handlers } or nil, -- every worker
     after_dispatch = publish,
     interval = tonumber(env("KINFORMER_INTERVAL", "0.1")),
   }
   if not ok then ngx.log(ngx.ERR, "router: kinformer did not start: ", err) end
+  store = kngx.store("endpointslices")
 end
 
 -- ---- the request side ----

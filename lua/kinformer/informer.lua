@@ -407,6 +407,19 @@ function Informer:is_stopped()
 end
 
 --- informer:has_synced(): the initial list was delivered to the store (and the handlers).
+--- informer:mirror(segment, slot) -> true | nil, err, code: also write every change of the
+-- cache into the shared store in slot `slot` (1-16) of `segment` (kinformer.core.shm), where
+-- other processes read it. For kinformer.ngx's shared model; call it before start().
+function Informer:mirror(segment, slot)
+  return self._proc:mirror(segment, slot)
+end
+
+--- informer:mirror_retain() -> true | nil, err, code: once synced, drops from the shared store
+-- what a previous writer left there and this informer's list did not bring.
+function Informer:mirror_retain()
+  return self._proc:mirror_retain()
+end
+
 function Informer:has_synced()
   return self._started and self._fifo:has_synced()
 end

@@ -19,6 +19,10 @@
 --             lua_shared_dicts: nginx's privileged agent when the nginx core has OpenResty's
 --             patch for it (enable_agent() in init_by_lua*), else worker 0 (stock nginx, e.g.
 --             Debian's, has no privileged agent; worker 0 then also serves requests).
+--   "shared"  one process (chosen as for "agent") runs them and mirrors every cache into a
+--             segment of shared memory mapped in the master (shared_memory() in init_by_lua*);
+--             every process reads it with the store API (store(name)) and its handlers see every
+--             change, in order (the handlers option), from the same dispatch timer.
 -- A view is the seam between the two: handlers set(key, value) in the process that runs the
 -- informers, requests get(key) anywhere. In the worker model it is a plain Lua table; in the
 -- agent model values are encoded into the view's dict and decoded once per worker and change.
@@ -83,6 +87,33 @@ function _M.enable_agent(connections)
   return S.agent
 end
 
+--- kngx.shared_memory(size) -> true
+-- Maps the segment of the "shared" model: size in bytes, or a string with a k / m / g suffix
+-- ("256m"). Call it from init_by_lua* (the master maps it, the workers it forks share it; a
+-- reload or a binary upgrade maps a new one for the new workers while the old ones finish with
+-- theirs). Raises in another phase, on a bad size, or when the memory cannot be mapped.
+--   init_by_lua_block { require("kinformer.ngx").shared_memory("256m") }
+function _M.shared_memory(size)
+  if get_phase() ~= "init" then
+    fail("kinformer.ngx.shared_memory() must be called from init_by_lua* (phase: " ..
+      tostring(get_phase()) .. ")")
+  end
+  local bytes = size
+  if type(size) == "string" then
+    local n, unit = size:match("^%s*(%d+)%s*([kKmMgG]?)%s*$")
+    local mult = ({ [""] = 1, k = 1024, m = 1024 ^ 2, g = 1024 ^ 3 })[(unit or ""):lower()]
+    bytes = n and mult and tonumber(n) * mult
+  end
+  if type(bytes) ~= "number" or bytes < 65536 then
+    raise(1, "shared_memory", "size must be at least 64k (bytes, or \"256m\"), got " ..
+      tostring(size))
+  end
+  local seg, err = core.shm(math_floor(bytes))
+  if not seg then fail("kinformer.ngx.shared_memory(): " .. tostring(err)) end
+  S.segment = seg
+  return true
+end
+
 -- ---- views ----
 
 --- kngx.view{ name = "routes", dict = "routes", encode = fn, decode = fn } -> view
@@ -112,8 +143,46 @@ local function dispatch_one(i, inf, batch)
   return n
 end
 
+-- Shared model: hands this process's handlers the changes of each shared store since the last
+-- poll, at most `max` per store; returns how many.
+local function handler_error(name, what, err)
+  S.dispatch_errors = S.dispatch_errors + 1
+  log("error", "shared store ", name, ": ", what, " handler raised: ", tostring(err))
+end
+
+local function poll_shared(max)
+  local total = 0
+  for _, name in ipairs(S.shared_names) do
+    local h = S.handlers[name] or {}
+    local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
+    local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
+      function(kind, obj, old, initial)
+        local hok, herr = true, nil
+        if kind == 1 then
+          if on_add then hok, herr = pcall(on_add, obj, initial) end
+        elseif kind == 2 then
+          if on_update then hok, herr = pcall(on_update, old, obj) end
+        elseif on_delete then
+          hok, herr = pcall(on_delete, obj)
+        end
+        if not hok then handler_error(name, ({ "on_add", "on_update", "on_delete" })[kind], herr) end
+      end)
+    if not ok then
+      S.dispatch_errors = S.dispatch_errors + 1
+      log("error", "shared store ", name, ": poll failed: ", tostring(n))
+    elseif n then
+      total = total + n
+    elseif err and not S.reader_waiting then
+      -- Not created yet (the writer has not started): said once.
+      S.reader_waiting = true
+      log("info", "shared store ", name, ": ", tostring(err))
+    end
+  end
+  return total
+end
+
 -- Dispatches every informer in rounds of one batch each until none has more or the budget is
--- spent; returns true when work is left.
+-- spent (shared model: then polls the shared stores); returns true when work is left.
 local function drain()
   local list, batch = S.list, S.batch
   local deadline = mono_now() + S.budget
@@ -127,6 +196,12 @@ local function drain()
       if n >= batch then busy = true end
     end
     if busy and mono_now() >= deadline then break end
+  end
+  if S.model == "shared" then
+    local max = batch * 50
+    local n = poll_shared(max)
+    total = total + n
+    if n >= max then busy = true end
   end
   if total > 0 or S.after_more then
     local t1 = mono_now()
@@ -169,8 +244,25 @@ continue_drain = function(premature)
 end
 
 local function check_synced()
+  if S.model == "shared" and not S.runs then
+    -- A reader: synced once the writer is and this process had the content.
+    local d = status_dict()
+    if not (d and d:get("agent/synced") == true) then return false end
+    for _, name in ipairs(S.shared_names) do
+      if (S.readers[name]:status().cursor or 0) == 0 then return false end
+    end
+    S.synced = true
+    return true
+  end
   for i = 1, #S.list do
     if not S.list[i]:has_synced() then return false end
+  end
+  if S.model == "shared" then
+    -- A writer that took over drops what its predecessor left and its list did not bring.
+    for i = 1, #S.list do
+      local ok, err = S.list[i]:mirror_retain()
+      if not ok then log("error", "informer ", S.names[i], ": shared store: ", tostring(err)) end
+    end
   end
   S.synced = true
   log("notice", "informers synced in ", string_format("%.3f", ngx_now() - S.started_at), " s")
@@ -207,7 +299,7 @@ end
 
 local START_OPTS = { model = true, client = true, informers = true, setup = true,
   interval = true, batch = true, budget = true, status_dict = true, status_interval = true,
-  after_dispatch = true }
+  after_dispatch = true, handlers = true }
 
 local function check_number(opts, k, default, min)
   return argcheck.number(opts, k, "start", default, min)
@@ -241,8 +333,8 @@ function _M.start(opts)
   if type(opts) ~= "table" then raise(1, "start", "table expected, got " .. type(opts)) end
   argcheck.options(opts, START_OPTS, "start")
   local m = opts.model or "worker"
-  if m ~= "worker" and m ~= "agent" then
-    raise(1, "start", "option 'model' must be \"worker\" or \"agent\"")
+  if m ~= "worker" and m ~= "agent" and m ~= "shared" then
+    raise(1, "start", "option 'model' must be \"worker\", \"agent\" or \"shared\"")
   end
   if type(opts.informers) ~= "table" or next(opts.informers) == nil then
     raise(1, "start", "option 'informers' must be a table of name = informer options")
@@ -257,6 +349,26 @@ function _M.start(opts)
   end
   argcheck.func(opts, "setup", "start")
   argcheck.func(opts, "after_dispatch", "start")
+  if opts.handlers ~= nil then
+    if m ~= "shared" then
+      raise(1, "start", "option 'handlers' is for the shared model (elsewhere: add_handler in setup)")
+    end
+    if type(opts.handlers) ~= "table" then
+      raise(1, "start", "option 'handlers' must map informer names to handler tables")
+    end
+    for name, h in pairs(opts.handlers) do
+      if opts.informers[name] == nil or type(h) ~= "table" then
+        raise(1, "start", "option 'handlers': " .. tostring(name) ..
+          " must name an informer and map to { on_add =, on_update =, on_delete = }")
+      end
+      for k, f in pairs(h) do
+        if (k ~= "on_add" and k ~= "on_update" and k ~= "on_delete") or type(f) ~= "function" then
+          raise(1, "start", "option 'handlers': " .. name .. "." .. tostring(k) ..
+            " is not on_add / on_update / on_delete = function")
+        end
+      end
+    end
+  end
   local interval = check_number(opts, "interval", 0.1, 0.001)
   local batch = math_floor(check_number(opts, "batch", 20, 1))
   local budget = check_number(opts, "budget", 0.02, 0.001)
@@ -274,6 +386,9 @@ function _M.start(opts)
   end
   if S.started then fail("kinformer.ngx.start() was already called in this process") end
   local role = process_role()
+  if m == "shared" and not S.segment then
+    fail("kinformer.ngx: model \"shared\" needs kinformer.ngx.shared_memory(size) in init_by_lua*")
+  end
   if m == "agent" then
     for _, v in ipairs(view.all) do
       if not shared[v.dict_name] then
@@ -287,6 +402,12 @@ function _M.start(opts)
   S.status_dict, S.status_interval = sd, status_interval
   S.status_ttl = math_max(3 * status_interval, 5)
   S.status_key = nprocess.status_key(role)
+  local names = {}
+  for name in pairs(opts.informers) do names[#names + 1] = name end
+  table_sort(names)
+  if m == "shared" and #names > 16 then
+    raise(1, "start", "the shared model takes at most 16 informers, got " .. #names)
+  end
   if m == "worker" then
     S.runs = role == "worker" or role == "single"
   elseif S.agent == "privileged" then
@@ -295,7 +416,24 @@ function _M.start(opts)
     S.runs = (role == "worker" and worker_id() == 0) or role == "single"
   end
   kinformer.set_logger(nprocess.logger)
-  if not S.runs then return true end
+  S.batch, S.budget, S.after_dispatch = batch, budget, opts.after_dispatch
+  if m == "shared" and role ~= "agent" then
+    -- Every worker reads every shared store (informer i in slot i) and runs the handlers; the
+    -- privileged agent serves no request and has no handler to run.
+    for i, name in ipairs(names) do
+      S.readers[name] = S.segment:store(i)
+      S.shared_names[i] = name
+    end
+    S.handlers = opts.handlers or {}
+  end
+  if not S.runs then
+    if m ~= "shared" or role == "agent" then return true end
+    local t = ngx_now()
+    S.started_at, S.next_status = t, t
+    local ok, terr = timer_every(interval, tick)
+    if not ok then return nil, "cannot start the dispatch timer: " .. tostring(terr) end
+    return true
+  end
 
   local client, err = kinformer.client(opts.client)
   if not client then
@@ -303,9 +441,6 @@ function _M.start(opts)
     S.runs, S.stopped = false, true
     return nil, err
   end
-  local names = {}
-  for name in pairs(opts.informers) do names[#names + 1] = name end
-  table_sort(names)
   local list, by_name = {}, {}
   for i, name in ipairs(names) do
     local inf, ierr = client:informer(opts.informers[name])
@@ -318,8 +453,17 @@ function _M.start(opts)
     list[i], by_name[name] = inf, inf
   end
   S.names, S.list, S.by_name, S.client = names, list, by_name, client
-  S.batch, S.budget, S.after_dispatch = batch, budget, opts.after_dispatch
   if opts.setup then opts.setup(by_name, client) end
+  if m == "shared" then
+    for i, inf in ipairs(list) do
+      local ok, merr = inf:mirror(S.segment, i)
+      if not ok then
+        log("error", "informer ", names[i], ": cannot write the shared store: ", tostring(merr))
+        S.runs, S.stopped = false, true
+        return nil, "informer " .. names[i] .. ": " .. tostring(merr)
+      end
+    end
+  end
   local t = ngx_now()
   S.started_at, S.next_status = t, t
   for i, inf in ipairs(list) do
@@ -347,16 +491,18 @@ end
 --- kngx.stop(): stops this process's informers (idempotent). Called by the timer when the
 -- process exits or reloads; exit_worker_by_lua* may call it too.
 function _M.stop()
-  if not S.runs or S.stopped then return end
+  if S.stopped or not (S.runs or (S.model == "shared" and next(S.readers) ~= nil)) then return end
   S.stopped = true
-  stop_all(S.list)
+  stop_all(S.list) -- empty in a shared-model reader
   local d = status_dict()
   if d then
     local _, flags = d:get(S.status_key)
     if flags == worker_pid() then d:delete(S.status_key) end
   end
-  log("notice", "informers stopped in ", process_name(S.role),
-    worker_exiting() and " (process exiting)" or "")
+  if S.runs then
+    log("notice", "informers stopped in ", process_name(S.role),
+      worker_exiting() and " (process exiting)" or "")
+  end
 end
 
 -- ---- reading ----
@@ -377,11 +523,21 @@ function _M.informer(name)
   return S.by_name[name]
 end
 
+--- kngx.store(name) -> the cache of informer `name` as this process reads it: in the shared
+-- model the shared store (get, get_by_key, list, list_keys, by_index, index_keys,
+-- list_index_func_values, len, status; objects decoded lazily from the shared memory), in every
+-- process; elsewhere the informer's store where this process runs it, else nil.
+function _M.store(name)
+  if S.model == "shared" then return S.readers[name] end
+  local inf = S.by_name[name]
+  return inf and inf:store()
+end
+
 --- kngx.synced() -> true once every informer synced: this process's informers, or in the agent
 -- model from a worker, the agent's (through the status dict; false without one). Cheap, but
 -- meant for the rare path (e.g. choosing a 503 message), not for every request.
 function _M.synced()
-  if S.runs then return S.synced end
+  if S.runs or S.model == "shared" then return S.synced end
   if S.model == "agent" then
     local d = status_dict()
     return d ~= nil and d:get("agent/synced") == true

@@ -19,7 +19,9 @@ local _M = {}
 
 _M.state = {
   agent = nil,            -- "privileged" (an agent process exists) or "worker" (worker 0 runs)
-  model = nil,            -- "worker" | "agent" once start() ran
+  segment = nil,          -- shared model: the segment, mapped by shared_memory() in the master
+  model = nil,            -- "worker" | "agent" | "shared" once start() ran
+  shared_names = {}, readers = {}, handlers = {}, -- shared model: every process's readers
   started = false, runs = false, stopped = false, synced = false,
   names = {}, list = {}, by_name = {},    -- informers: sorted names, same order, name -> informer
   rv = {}, rv_at = {},                    -- per informer: last resourceVersion and when it moved

@@ -22,11 +22,11 @@ local process_name = nprocess.name
 
 local _M = {}
 
---- status.set_synced_flag(value): in the agent model, tells the workers whether the agent's
--- informers synced.
+--- status.set_synced_flag(value): in the agent and shared models, tells the workers whether
+-- the process running the informers synced.
 function _M.set_synced_flag(value)
   local d = status_dict()
-  if d and S.model == "agent" then d:set("agent/synced", value) end
+  if d and S.model ~= "worker" then d:set("agent/synced", value) end
 end
 
 -- A snapshot of this process: informers' status() plus what the timer saw.
@@ -47,7 +47,13 @@ local function snapshot(t)
     end
     views[v.name] = vs
   end
+  local readers
+  if S.model == "shared" then
+    readers = {}
+    for _, name in ipairs(S.shared_names) do readers[name] = S.readers[name]:status() end
+  end
   return {
+    shared = readers,
     pid = worker_pid(), process = process_name(role), role = role, model = S.model,
     time = t, started = S.started_at, synced = S.synced, stopped = S.stopped,
     ticks = S.ticks, items = S.items, dispatch_errors = S.dispatch_errors,
@@ -83,7 +89,7 @@ function _M.publish(t)
     -- the new worker with the same id may have written it already)
     local ok, err = d:set(S.status_key, json_encode(snap), S.status_ttl, worker_pid())
     if not ok then log("warn", "cannot publish status to ", S.status_dict, ": ", err) end
-    if S.model == "agent" then d:set("agent/synced", S.synced) end
+    if S.model ~= "worker" and S.runs then d:set("agent/synced", S.synced) end
   end
 end
 
