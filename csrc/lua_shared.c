@@ -7,7 +7,9 @@
  * len read the segment inside a read section (shm.h) and hand out lazily decoded tables whose
  * JSON stays in the segment (kinf_object_borrow): the process holds the record (its reader
  * slot's bit, shm_store.h) for as long as one of its tables is alive. A table is made once per
- * record version and reused (TABLES / OFFS by key, in the handle's uservalue).
+ * record version and reused (TABLES / OFFS by key, in the handle's uservalue); get(key) hands
+ * the cached table out without a read section while the store has published no write since
+ * that key was looked up (STAMPS: key -> the store's write count then).
  * poll(max, fn) hands fn(kind, obj, old, is_initial) the changes since the last poll, in order:
  * the first poll, and any after the reader fell behind the log, hands every object as an add
  * (is_initial true) first, then the changes from where that snapshot began, skipping what the
@@ -31,7 +33,7 @@
 #define KL_SHM_MT "kinformer.shm"
 #define KL_SHARED_MT "kinformer.shared_store"
 
-enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3 };
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_STAMPS = 4 };
 
 typedef struct segref {
     kinf_shm *shm;
@@ -275,7 +277,7 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
 /* Forgets key's cached table (its record was replaced or deleted). */
 static void forget(lua_State *L, int uv, const char *key, size_t len)
 {
-    for (int t = UV_TABLES; t <= UV_OFFS; t++) {
+    for (int t = UV_TABLES; t <= UV_STAMPS; t++) {
         lua_rawgeti(L, uv, t);
         lua_pushlstring(L, key, len);
         lua_pushnil(L);
@@ -323,10 +325,25 @@ static int sh_get_by_key(lua_State *L)
     const char *key;
     kinf_shm_view v;
     kinf_err err;
+    uint64_t writes;
     int found;
     READER_PROLOGUE("get_by_key");
     key = luaL_checklstring(L, 2, &len);
     luaL_checkstack(L, 12, "kinformer: shared store");
+    lua_settop(L, uv);
+    /* Fast path: nothing written since this key's table was looked up. */
+    writes = kinf_shm_store_writes(st);
+    lua_rawgeti(L, uv, UV_STAMPS);
+    lua_pushvalue(L, 2);
+    lua_rawget(L, -2);
+    if (lua_tonumber(L, -1) == (lua_Number)writes) {
+        lua_rawgeti(L, uv, UV_TABLES);
+        lua_pushvalue(L, 2);
+        lua_rawget(L, -2);
+        if (!lua_isnil(L, -1))
+            return 1;
+    }
+    lua_settop(L, uv);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
     found = kinf_shm_store_get(st, key, len, &v);
     /* Only a memory error of Lua can raise inside a section: it stays open until this
@@ -338,7 +355,13 @@ static int sh_get_by_key(lua_State *L)
     if (!found) {
         forget(L, uv, key, len);
         lua_pushnil(L);
+        return 1;
     }
+    lua_rawgeti(L, uv, UV_STAMPS);
+    lua_pushvalue(L, 2);
+    lua_pushnumber(L, (lua_Number)writes);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
     return 1;
 }
 
@@ -495,6 +518,8 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
     lua_rawseti(L, uv, UV_TABLES);
     lua_newtable(L);
     lua_rawseti(L, uv, UV_OFFS);
+    lua_newtable(L);
+    lua_rawseti(L, uv, UV_STAMPS);
     lua_newtable(L);
     arr = lua_gettop(L);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
@@ -674,6 +699,8 @@ static int sh_close(lua_State *L)
     lua_rawseti(L, -2, UV_TABLES);
     lua_newtable(L);
     lua_rawseti(L, -2, UV_OFFS);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_STAMPS);
     rstate_unref(s->rs);
     s->rs = NULL;
     return 0;
@@ -691,13 +718,15 @@ static int seg_store(lua_State *L)
     s = kl_newuserdata(L, sizeof(*s));
     s->rs = NULL;
     luaL_setmetatable(L, KL_SHARED_MT);
-    lua_createtable(L, 3, 0);
+    lua_createtable(L, 4, 0);
     lua_pushvalue(L, 1);
     lua_rawseti(L, -2, UV_SEG);
     lua_newtable(L);
     lua_rawseti(L, -2, UV_TABLES);
     lua_newtable(L);
     lua_rawseti(L, -2, UV_OFFS);
+    lua_newtable(L);
+    lua_rawseti(L, -2, UV_STAMPS);
     kl_setuservalue(L, -2);
     rs = calloc(1, sizeof(*rs));
     if (rs == NULL)

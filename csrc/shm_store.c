@@ -535,7 +535,7 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     seq = kinf_shm_log_append(st->shm, h->log, replaced ? KINF_SHM_UPDATED : KINF_SHM_ADDED, rec,
                               replaced);
     (void)kinf_shm_log_defer(&st->deferred, replaced, seq);
-    atomic_fetch_add_explicit(&h->writes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
 }
 
@@ -562,7 +562,7 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
     kinf_shm_map_remove(st->shm, &h->items, key, len, &removed);
     seq = kinf_shm_log_append(st->shm, h->log, KINF_SHM_DELETED, removed, 0);
     (void)kinf_shm_log_defer(&st->deferred, removed, seq);
-    atomic_fetch_add_explicit(&h->writes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
 }
 
@@ -653,6 +653,11 @@ kinf_str kinf_shm_store_bucket_value(const kinf_shm_store *st, kinf_shm_off buck
 {
     const shm_bucket *b = BKT(st, bucket);
     return (kinf_str){(const char *)b + b->h.key_at, b->h.key_len};
+}
+
+uint64_t kinf_shm_store_writes(const kinf_shm_store *st)
+{
+    return atomic_load_explicit(&H(st)->writes, memory_order_acquire);
 }
 
 kinf_shm_off kinf_shm_store_log(const kinf_shm_store *st)

@@ -105,6 +105,9 @@ size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix,
 void kinf_shm_store_iter(const kinf_shm_store *st, int ix, kinf_shm_map_iter *it);
 /* A bucket's value. */
 kinf_str kinf_shm_store_bucket_value(const kinf_shm_store *st, kinf_shm_off bucket);
+/* How many writes the store has published: a reader whose lookup began after it read N finds
+ * what those writes left while this still reads N (one atomic load, no read section). */
+uint64_t kinf_shm_store_writes(const kinf_shm_store *st);
 /* The change log. */
 kinf_shm_off kinf_shm_store_log(const kinf_shm_store *st);
 kinf_shm *kinf_shm_store_segment(const kinf_shm_store *st);

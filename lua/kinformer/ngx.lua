@@ -153,7 +153,8 @@ end
 local function poll_shared(max)
   local total = 0
   for _, name in ipairs(S.shared_names) do
-    local h = S.handlers[name] or {}
+    local h = S.handlers[name]
+    if not h then goto continue end -- nobody listens: no table made for its changes
     local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
     local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
       function(kind, obj, old, initial)
@@ -177,6 +178,7 @@ local function poll_shared(max)
       S.reader_waiting = true
       log("info", "shared store ", name, ": ", tostring(err))
     end
+    ::continue::
   end
   return total
 end
@@ -249,7 +251,8 @@ local function check_synced()
     local d = status_dict()
     if not (d and d:get("agent/synced") == true) then return false end
     for _, name in ipairs(S.shared_names) do
-      if (S.readers[name]:status().cursor or 0) == 0 then return false end
+      local st = S.readers[name]:status()
+      if not st.created or (S.handlers[name] and (st.cursor or 0) == 0) then return false end
     end
     S.synced = true
     return true
