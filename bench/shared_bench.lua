@@ -164,9 +164,10 @@ http {
   return inst
 end
 
--- Every worker's /info (requests until each pid answered).
-local function infos(inst)
-  local seen, n, deadline = {}, 0, now() + 20
+-- Every worker's /info (requests until each pid answered); nil when some did not within
+-- `wait` seconds (a worker busy with its first list).
+local function infos(inst, wait)
+  local seen, n, deadline = {}, 0, now() + (wait or 60)
   repeat
     local code, body = openresty.get(inst.port, "localhost", "/info" .. (inst.query or ""))
     if code == 200 then
@@ -174,19 +175,19 @@ local function infos(inst)
       if not seen[d.pid] then seen[d.pid], n = d, n + 1 end
     end
   until n == inst.workers or now() > deadline
-  assert(n == inst.workers, "not every worker answered")
-  return seen
+  return n == inst.workers and seen or nil
 end
 
 local function wait_synced(inst, pods, slices, timeout)
-  local t0, deadline = now(), now() + (timeout or 600)
+  local t0, deadline = now(), now() + (timeout or 900)
   repeat
-    local ok = true
-    for _, d in pairs(infos(inst)) do
+    local all = infos(inst, 5)
+    local ok = all ~= nil
+    for _, d in pairs(all or {}) do
       if not (d.synced and d.pods == pods and d.slices == slices) then ok = false end
     end
     if ok then return now() - t0 end
-    sleep(0.2)
+    sleep(0.5)
   until now() > deadline
   error("never synced")
 end
@@ -234,7 +235,9 @@ local function measure(srv, dir, model, workers)
       inst.query = "?key=" .. key
       repeat
         local all = true
-        for _, d in pairs(infos(inst)) do if d.rv ~= want then all = false end end
+        for _, d in pairs(assert(infos(inst), "not every worker answered")) do
+          if d.rv ~= want then all = false end
+        end
       until all or now() - t0 > 5
       lat[#lat + 1] = now() - t0
       sleep(0.1)
@@ -248,7 +251,7 @@ local function measure(srv, dir, model, workers)
     local t0 = now()
     repeat sleep(0.2) until now() - t0 > 60 or (function()
       local head = srv:resource_version()
-      for _, d in pairs(infos(inst)) do if not d.synced then return false end end
+      for _, d in pairs(infos(inst) or {}) do if not d.synced then return false end end
       return head > 0 and cpu_seconds(pids(inst)) - c0 > 0 and now() - t0 > 3
     end)()
     sleep(2)
@@ -284,24 +287,27 @@ local function main()
   end
   local dir = probe_dir()
   local rows = {}
-  local ok, err = pcall(function()
-    for _, c in ipairs{ { "worker", 1 }, { "shared", WORKERS }, { "worker", WORKERS } } do
-      io.stderr:write(("measuring model %s, %d worker(s)\n"):format(c[1], c[2]))
-      rows[#rows + 1] = measure(srv, dir, c[1], c[2])
-    end
-  end)
+  for _, c in ipairs{ { "worker", 1 }, { "shared", WORKERS }, { "worker", WORKERS } } do
+    io.stderr:write(("measuring model %s, %d worker(s)\n"):format(c[1], c[2]))
+    local ok, r = pcall(measure, srv, dir, c[1], c[2])
+    rows[#rows + 1] = ok and r or { model = c[1], workers = c[2], failed = tostring(r) }
+  end
   srv:stop()
   os.execute("rm -rf " .. dir)
-  if not ok then error(err) end
   local ref = rows[1]
   print()
   print("| model, workers | synced s | PSS MB (over empty) | x one worker | get calls/s in a worker | by_index calls/s | change in every worker, median / max ms | CPU ms per 1,000 events (all processes) |")
   print("|---|---:|---:|---:|---:|---:|---:|---:|")
   for _, r in ipairs(rows) do
+    if r.failed or ref.failed then
+      print(("| %s, %d | failed: %s | | | | | | |"):format(r.model, r.workers, r.failed or ref.failed))
+      goto continue
+    end
     local over, ref_over = r.pss_mb - r.empty_mb, ref.pss_mb - ref.empty_mb
     print(("| %s, %d | %.1f | %.0f (%.0f) | %.2f | %.0f | %.0f | %.0f / %.0f | %.0f |"):format(
       r.model, r.workers, r.sync_s, r.pss_mb, over, over / ref_over, r.get, r.by_index,
       r.change_ms, r.change_max_ms, r.cpu_ms_per_1000))
+    ::continue::
   end
 end
 

@@ -142,8 +142,12 @@ static int dispatch_protected(lua_State *L)
         }
         for (size_t i = 0; i < lp->notes.n; i++) {
             kinf_notification *note = &lp->notes.v[i];
-            if (lp->mirror != NULL)
-                kl_mirror_note(lp->mirror, note);
+            if (lp->mirror != NULL) {
+                kinf_object *swapped = kl_mirror_note(lp->mirror, note);
+                if (swapped != NULL)
+                    kl_store_unpin(L, 5, swapped); /* the store keeps the borrowed one now */
+                kinf_object_unref(swapped);
+            }
             if (note->old != NULL && note->old != note->obj)
                 kl_store_unpin(L, 5, note->old);
             if (note->kind == KINF_EVENT_ADD)

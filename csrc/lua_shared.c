@@ -21,6 +21,8 @@
  * each reader state one on its segment; the mapping goes with the last reference.
  * Threads: the thread that owns the Lua state.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,7 +39,7 @@ enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_STAMPS = 4 };
 
 typedef struct segref {
     kinf_shm *shm;
-    long refs;
+    atomic_long refs;
 } segref;
 
 typedef struct hold {
@@ -47,7 +49,8 @@ typedef struct hold {
 } hold;
 
 typedef struct rstate {
-    long refs;
+    atomic_long refs;   /* the handle, each borrowed record (released on any thread) */
+    pthread_mutex_t mu; /* guards holds and the holds' counts */
     segref *seg;
     kinf_shm_store *st; /* NULL until the writer created the store */
     int root;
@@ -69,7 +72,7 @@ typedef struct lshared {
 
 static void seg_unref(segref *s)
 {
-    if (s != NULL && --s->refs == 0) {
+    if (s != NULL && atomic_fetch_sub(&s->refs, 1) == 1) {
         kinf_shm_close(s->shm);
         free(s);
     }
@@ -86,9 +89,10 @@ static void seen_clear(rstate *rs)
 
 static void rstate_unref(rstate *rs)
 {
-    if (rs == NULL || --rs->refs > 0)
+    if (rs == NULL || atomic_fetch_sub(&rs->refs, 1) != 1)
         return;
     /* No borrowed record is left (each held a reference): every hold was released. */
+    pthread_mutex_destroy(&rs->mu);
     kinf_map_free(&rs->holds);
     seen_clear(rs);
     kinf_map_free(&rs->seen);
@@ -125,7 +129,7 @@ int kl_new_shm(lua_State *L)
     ls->seg = calloc(1, sizeof(*ls->seg));
     if (ls->seg == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
-    ls->seg->refs = 1;
+    atomic_init(&ls->seg->refs, 1);
     ls->seg->shm = kinf_shm_create((size_t)size, &err);
     if (ls->seg->shm == NULL) {
         free(ls->seg);
@@ -183,17 +187,19 @@ static int check_root(lua_State *L, int idx, const char *fname)
 
 /* ---- readers: records to tables ---- */
 
+/* The release of a borrowed record: on whichever thread drops its last reference (a writer's
+ * store is also read by its I/O thread). */
 static void release_hold(void *ud)
 {
     hold *h = ud;
     rstate *rs = h->rs;
-    if (--h->count > 0) {
-        rstate_unref(rs);
-        return;
+    pthread_mutex_lock(&rs->mu);
+    if (--h->count == 0) {
+        kinf_map_remove(&rs->holds, (const char *)&h->off, sizeof(h->off));
+        kinf_shm_store_release(rs->st, rs->slot, h->off);
+        free(h);
     }
-    kinf_map_remove(&rs->holds, (const char *)&h->off, sizeof(h->off));
-    kinf_shm_store_release(rs->st, rs->slot, h->off);
-    free(h);
+    pthread_mutex_unlock(&rs->mu);
     rstate_unref(rs);
 }
 
@@ -201,18 +207,19 @@ static void release_hold(void *ud)
 static kinf_object *borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
 {
     kinf_meta meta = {v->namespace_, v->name, v->uid, v->resource_version};
-    hold *h = kinf_map_get(&rs->holds, (const char *)&v->off, sizeof(v->off));
     kinf_object *obj;
+    hold *h;
 
+    pthread_mutex_lock(&rs->mu);
+    h = kinf_map_get(&rs->holds, (const char *)&v->off, sizeof(v->off));
     if (h == NULL) {
         h = calloc(1, sizeof(*h));
-        if (h == NULL) {
-            *err = KINF_ENOMEM;
-            return NULL;
+        if (h != NULL) {
+            h->off = v->off; /* the map's key: set before the put hashes it */
+            h->rs = rs;
         }
-        h->off = v->off;
-        h->rs = rs;
-        if (kinf_map_put(&rs->holds, (const char *)&h->off, sizeof(h->off), h) != KINF_OK) {
+        if (h == NULL || kinf_map_put(&rs->holds, (const char *)&h->off, sizeof(h->off), h) != KINF_OK) {
+            pthread_mutex_unlock(&rs->mu);
             free(h);
             *err = KINF_ENOMEM;
             return NULL;
@@ -220,7 +227,8 @@ static kinf_object *borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
         kinf_shm_store_hold(rs->st, rs->slot, v->off);
     }
     h->count++;
-    rs->refs++;
+    atomic_fetch_add(&rs->refs, 1);
+    pthread_mutex_unlock(&rs->mu);
     obj = kinf_object_borrow(v->json, v->json_len, &meta, release_hold, h, err);
     if (obj == NULL)
         release_hold(h);
@@ -679,7 +687,9 @@ static int sh_status(lua_State *L)
     lua_setfield(L, -2, "resyncs");
     lua_pushinteger(L, (lua_Integer)rs->events);
     lua_setfield(L, -2, "events");
+    pthread_mutex_lock(&rs->mu);
     lua_pushinteger(L, (lua_Integer)rs->holds.count);
+    pthread_mutex_unlock(&rs->mu);
     lua_setfield(L, -2, "held");
     lua_pushinteger(L, rs->slot);
     lua_setfield(L, -2, "slot");
@@ -731,9 +741,10 @@ static int seg_store(lua_State *L)
     rs = calloc(1, sizeof(*rs));
     if (rs == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
-    rs->refs = 1;
+    atomic_init(&rs->refs, 1);
+    pthread_mutex_init(&rs->mu, NULL);
     rs->seg = ls->seg;
-    ls->seg->refs++;
+    atomic_fetch_add(&ls->seg->refs, 1);
     rs->root = root;
     rs->slot = kinf_shm_reader_open(ls->seg->shm, (int)getpid());
     kinf_map_init(&rs->holds);
@@ -785,10 +796,11 @@ void kl_open_shared(lua_State *L)
 struct kl_mirror {
     segref *seg;
     kinf_shm_store *st;
+    rstate *rs;           /* the writer as a reader: the local store's records borrow from it */
     kinf_store *local;    /* one reference */
     size_t nindexes;
     int took_over;        /* attached to a previous writer's store */
-    unsigned long writes, failures;
+    unsigned long writes, failures, borrowed;
     char last_error[200];
     double last_reap;
 };
@@ -846,9 +858,28 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
         return NULL;
     }
     m->seg = ls->seg;
-    m->seg->refs++;
+    atomic_fetch_add(&m->seg->refs, 1);
     m->local = kinf_store_ref(local);
     m->nindexes = n;
+    /* The local store keeps its objects in the segment too (borrowed records): without a reader
+     * slot, or a second handle, it keeps its own copies. */
+    m->rs = calloc(1, sizeof(*m->rs));
+    if (m->rs != NULL) {
+        kinf_err e2;
+        atomic_init(&m->rs->refs, 1);
+        pthread_mutex_init(&m->rs->mu, NULL);
+        m->rs->seg = m->seg;
+        atomic_fetch_add(&m->seg->refs, 1);
+        m->rs->root = root;
+        kinf_map_init(&m->rs->holds);
+        kinf_map_init(&m->rs->seen);
+        m->rs->slot = kinf_shm_reader_open(shm, (int)getpid());
+        m->rs->st = kinf_shm_store_attach(shm, root, &e2);
+        if (m->rs->slot < 0 || m->rs->st == NULL) {
+            rstate_unref(m->rs);
+            m->rs = NULL;
+        }
+    }
     return m;
 }
 
@@ -859,7 +890,30 @@ static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
                 e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
 }
 
-void kl_mirror_note(kl_mirror *m, const kinf_notification *note)
+/* After obj was written to the segment: the local store's record becomes one borrowed from the
+ * segment (the same object, no second copy). Returns the record it replaced, or NULL. */
+static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
+{
+    kinf_shm *shm = m->seg->shm;
+    kinf_object *b = NULL, *old = NULL;
+    kinf_shm_view v;
+    kinf_err e;
+
+    if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED))
+        return NULL;
+    kinf_shm_read_begin(shm, m->rs->slot);
+    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v))
+        b = borrow(m->rs, &v, &e);
+    kinf_shm_read_end(shm, m->rs->slot);
+    if (b == NULL)
+        return NULL;
+    if (kinf_store_swap_record(m->local, b, &old) == KINF_OK)
+        m->borrowed++;
+    kinf_object_unref(b); /* the store holds its own reference */
+    return old;
+}
+
+kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
 {
     kinf_values *vals[KINF_SHM_STORE_INDEXES];
     const kinf_object *obj = note->obj;
@@ -875,10 +929,12 @@ void kl_mirror_note(kl_mirror *m, const kinf_notification *note)
                 kinf_values_free(vals[i]);
         }
     }
-    if (e == KINF_OK)
-        m->writes++;
-    else
+    if (e != KINF_OK) {
         mirror_failed(m, e, obj->key);
+        return NULL;
+    }
+    m->writes++;
+    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj);
 }
 
 void kl_mirror_flush(kl_mirror *m)
@@ -922,6 +978,8 @@ void kl_mirror_status(lua_State *L, kl_mirror *m)
     lua_setfield(L, -2, "log_head");
     lua_pushboolean(L, m->took_over);
     lua_setfield(L, -2, "took_over");
+    lua_pushinteger(L, (lua_Integer)m->borrowed);
+    lua_setfield(L, -2, "borrowed");
     if (m->last_error[0]) {
         lua_pushstring(L, m->last_error);
         lua_setfield(L, -2, "last_error");
@@ -939,6 +997,7 @@ void kl_mirror_close(kl_mirror *m)
     kinf_shm_store_close(m->st);
     kinf_shm_release_writer(m->seg->shm, (int)getpid());
     kinf_store_unref(m->local);
+    rstate_unref(m->rs); /* the local store's borrowed records keep it until they go */
     seg_unref(m->seg);
     free(m);
 }

@@ -29,8 +29,11 @@ kinf_shm *kl_check_shm(lua_State *L, int idx);
 typedef struct kl_mirror kl_mirror;
 kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local, kinf_err *err,
                           char *msg, size_t msglen);
-/* Mirrors one notification of the processor (the local store already holds its result). */
-void kl_mirror_note(kl_mirror *m, const kinf_notification *note);
+/* Mirrors one notification of the processor (the local store already holds its result), then
+ * swaps the local store's record for one borrowed from the segment (the same object, without a
+ * second copy). Returns the record swapped out (a reference for the caller, who drops its
+ * pinned table first), or NULL. */
+kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note);
 /* After a batch: frees what readers can no longer reach. */
 void kl_mirror_flush(kl_mirror *m);
 kinf_err kl_mirror_retain(kl_mirror *m);

@@ -824,6 +824,28 @@ kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf
     return e;
 }
 
+kinf_err kinf_store_swap_record(kinf_store *s, kinf_object *obj, kinf_object **old_out)
+{
+    kinf_err e = write_begin(s);
+    item *it;
+
+    *old_out = NULL;
+    if (e != KINF_OK)
+        return e;
+    pthread_rwlock_wrlock(&s->lock);
+    it = kinf_map_get(&s->items, obj->key, obj->key_len);
+    if (it == NULL || strcmp(it->obj->resource_version, obj->resource_version) != 0) {
+        e = KINF_ENOTFOUND;
+    } else {
+        *old_out = it->obj;
+        it->obj = kinf_object_ref(obj);
+        /* The same object: what readers cached for the key stays right, no version moves. */
+    }
+    pthread_rwlock_unlock(&s->lock);
+    write_end(s);
+    return e;
+}
+
 unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len)
 {
     unsigned long n;

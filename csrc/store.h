@@ -169,6 +169,11 @@ const char *kinf_store_index_name(kinf_store *s, size_t i);
  * with kinf_values_free. */
 kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf_values **out,
                                 size_t n);
+/* Replaces the record stored under obj's key by obj, which must hold the same object (the same
+ * content in other memory: a record borrowed from a shared segment), without touching any index.
+ * Takes a reference on obj; *old_out receives the replaced record (the caller releases it).
+ * KINF_ENOTFOUND when the key is not stored or holds another resourceVersion (nothing changes). */
+kinf_err kinf_store_swap_record(kinf_store *s, kinf_object *obj, kinf_object **old_out);
 /* How many index function failures so far; the last message is copied to buf. */
 unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len);
 

@@ -1,24 +1,38 @@
 # openresty.mk - kinformer inside nginx: lua/kinformer/ngx.lua, examples/openresty.
 #
-#   make test-openresty     spec/openresty_spec.lua alone: the fake API server, three backends and
-#                           the example's nginx (2 workers) on loopback, both models (~20 s; it is
-#                           also part of `make test`, which runs every spec)
+#   make test-openresty     spec/openresty_spec.lua and spec/openresty_shared_spec.lua: the fake
+#                           API server, three backends and the example's nginx (2 workers) on
+#                           loopback in the three models, and the shared model with 4 workers
+#                           under churn (~40 s; also part of `make test`, which runs every spec)
 #   make bench-openresty    bench/openresty_bench.lua: wrk against the example vs a static upstream
 #                           block, and what each model costs (results: bench/README.md)
 #                           [BENCH_OR_SECONDS=5 BENCH_OR_ROUNDS=7 BENCH_OR_SERVICES=2000
 #                            BENCH_OR_EVENTS=20000]
+#   make bench-shared       bench/shared_bench.lua: the shared model against the worker model
+#                           with many workers: memory (PSS), lookups, propagation, CPU per event
+#                           [BENCH_SH_PODS=100000 BENCH_SH_SLICES=2000 BENCH_SH_WORKERS=16
+#                            BENCH_SH_EVENTS=20000]; the worker model's 16 caches of 100k pods
+#                           take about 9 GB of RAM and several minutes to list
 
 BENCH_OR_SECONDS ?= 5
 BENCH_OR_ROUNDS ?= 7
 BENCH_OR_SERVICES ?= 2000
 BENCH_OR_EVENTS ?= 20000
+BENCH_SH_PODS ?= 100000
+BENCH_SH_SLICES ?= 2000
+BENCH_SH_WORKERS ?= 16
+BENCH_SH_EVENTS ?= 20000
 
-.PHONY: test-openresty bench-openresty
+.PHONY: test-openresty bench-openresty bench-shared
 
 test-openresty: all
-	$(BUSTED) --helper=spec/helper.lua -o utfTerminal spec/openresty_spec.lua
+	$(BUSTED) --helper=spec/helper.lua -o utfTerminal spec/openresty_spec.lua spec/openresty_shared_spec.lua
 
 bench-openresty: all
 	@command -v wrk >/dev/null || $(MAKE) --no-print-directory deps
 	LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' $(LUA) bench/openresty_bench.lua \
 	    $(BENCH_OR_SECONDS) $(BENCH_OR_ROUNDS) $(BENCH_OR_SERVICES) $(BENCH_OR_EVENTS)
+
+bench-shared: all
+	LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) \
+	    bench/shared_bench.lua $(BENCH_SH_PODS) $(BENCH_SH_SLICES) $(BENCH_SH_WORKERS) $(BENCH_SH_EVENTS)

@@ -25,7 +25,7 @@ local function writer(seg)
   return {
     put = function(...) for _, o in ipairs{ ... } do fifo:update(o) end; proc:dispatch(1000) end,
     delete = function(o) fifo:delete(o); proc:dispatch(1000) end,
-    proc = proc,
+    proc = proc, store = store,
   }
 end
 
@@ -89,6 +89,11 @@ describe("shared store", function()
     assert.equal(2, st.items)
     assert.equal(5, st.writes)
     assert.equal(0, st.failures)
+    -- The writer's own store keeps no second copy: its records are borrowed from the segment
+    -- (4 adds and updates), and it reads as before.
+    assert.equal(4, st.borrowed)
+    assert.equal("n2", w.store:get("ns/a").spec.nodeName)
+    assert.same({ "ns/a", "ns/c" }, w.store:index_keys("by_node", "n2"))
   end)
 
   it("poll: the content as initial adds, then every change in order with the old object", function()
