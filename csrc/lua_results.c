@@ -51,7 +51,7 @@ static void push_weak_mt(lua_State *L)
     kl_rawsetp(L, LUA_REGISTRYINDEX, &WEAK_KEY);
 }
 
-static void push_weak_table(lua_State *L)
+void kl_results_push_weak_table(lua_State *L)
 {
     lua_newtable(L);
     push_weak_mt(L);
@@ -65,7 +65,7 @@ void kl_results_new(lua_State *L)
     lua_rawseti(L, -2, OBJS);
     lua_newtable(L);
     lua_rawseti(L, -2, KEYS);
-    push_weak_table(L);
+    kl_results_push_weak_table(L);
     lua_rawseti(L, -2, ALL);
 }
 
@@ -87,7 +87,7 @@ static void mt_set_version(lua_State *L, int mt, int slot, uint64_t v)
 /* With the cached array (or nil) on top: whether it is still handed out as it is. A store
  * version match is enough; otherwise the value version (bv, read by the caller when has_bv)
  * must match, and then the array is valid at sv too. */
-static int still_valid(lua_State *L, uint64_t sv, int has_bv, uint64_t bv)
+int kl_results_valid(lua_State *L, uint64_t sv, int has_bv, uint64_t bv)
 {
     int arr = lua_gettop(L), mt, ok;
     if (!lua_istable(L, arr) || !lua_getmetatable(L, arr))
@@ -104,7 +104,7 @@ static int still_valid(lua_State *L, uint64_t sv, int has_bv, uint64_t bv)
 }
 
 /* Gives the array on top its read-only metatable, valid at versions sv / bv. */
-static void seal(lua_State *L, uint64_t sv, uint64_t bv)
+void kl_results_seal(lua_State *L, uint64_t sv, uint64_t bv)
 {
     int arr = lua_gettop(L), mt;
     lua_createtable(L, 3, 2);
@@ -140,7 +140,7 @@ int kl_results_indexed(lua_State *L, kinf_store *s, int store, int cache, int in
     lua_rawget(L, -2);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
-        push_weak_table(L);
+        kl_results_push_weak_table(L);
         lua_pushvalue(L, index);
         lua_pushvalue(L, -2);
         lua_rawset(L, -4);
@@ -149,12 +149,12 @@ int kl_results_indexed(lua_State *L, kinf_store *s, int store, int cache, int in
     lua_pushvalue(L, value);
     lua_rawget(L, sub);
     if (lua_istable(L, -1)) {
-        if (still_valid(L, sv, 0, 0))
+        if (kl_results_valid(L, sv, 0, 0))
             return 1;
         bv_read = 1;
         if (kinf_store_index_version(s, ix, val, len, &bv) == KINF_ENOTFOUND)
             return kl_argerror(L, 1, fname, "index '%s' does not exist", ix);
-        if (still_valid(L, sv, 1, bv))
+        if (kl_results_valid(L, sv, 1, bv))
             return 1;
     }
     lua_pop(L, 1);
@@ -168,7 +168,7 @@ int kl_results_indexed(lua_State *L, kinf_store *s, int store, int cache, int in
     if (err != KINF_OK)
         return kl_fail(L, err, NULL);
     kl_store_push_objects(L, store, g, keys);
-    seal(L, sv, bv);
+    kl_results_seal(L, sv, bv);
     lua_pushvalue(L, value);
     lua_pushvalue(L, -2);
     lua_rawset(L, sub);
@@ -186,7 +186,7 @@ int kl_results_all(lua_State *L, kinf_store *s, int store, int cache, int keys)
     lua_rawgeti(L, cache, ALL);
     all = lua_gettop(L);
     lua_rawgeti(L, all, keys ? KEYS : OBJS);
-    if (still_valid(L, sv, 0, 0))
+    if (kl_results_valid(L, sv, 0, 0))
         return 1;
     lua_pop(L, 1);
     g = kl_push_guard(L);
@@ -194,7 +194,7 @@ int kl_results_all(lua_State *L, kinf_store *s, int store, int cache, int keys)
     if (err != KINF_OK)
         return kl_fail(L, err, NULL);
     kl_store_push_objects(L, store, g, keys);
-    seal(L, sv, sv);
+    kl_results_seal(L, sv, sv);
     lua_pushvalue(L, -1);
     lua_rawseti(L, all, keys ? KEYS : OBJS);
     return 1;

@@ -6,6 +6,8 @@
 #ifndef KINF_LUA_RESULTS_H
 #define KINF_LUA_RESULTS_H
 
+#include <stdint.h>
+
 #include "compat.h"
 
 struct kinf_store;
@@ -24,5 +26,13 @@ int kl_results_indexed(lua_State *L, struct kinf_store *s, int store, int cache,
 
 /* Pushes list() (keys: list_keys()) of the whole store, likewise. Returns 1. */
 int kl_results_all(lua_State *L, struct kinf_store *s, int store, int cache, int keys);
+
+/* The pieces, for other caches of the same kind (the shared store's, lua_shared.c): a new table
+ * with weak values; whether the cached array on top (or nil) is still valid (its first version
+ * equal to sv, or, when has_bv, its second equal to bv: the first is then set to sv), with its
+ * length unchanged; and sealing the array on top read-only, valid at sv / bv. */
+void kl_results_push_weak_table(lua_State *L);
+int kl_results_valid(lua_State *L, uint64_t sv, int has_bv, uint64_t bv);
+void kl_results_seal(lua_State *L, uint64_t sv, uint64_t bv);
 
 #endif

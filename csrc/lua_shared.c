@@ -9,7 +9,9 @@
  * slot's bit, shm_store.h) for as long as one of its tables is alive. A table is made once per
  * record version and reused (TABLES / OFFS by key, in the handle's uservalue); get(key) hands
  * the cached table out without a read section while the store has published no write since
- * that key was looked up (STAMPS: key -> the store's write count then).
+ * that key was looked up (STAMPS: key -> the store's write count then). by_index and index_keys
+ * hand out the same read-only array while the value's bucket is unchanged (RESULTS, with
+ * lua_results.c's rules: held weakly, rebuilt when its length was changed).
  * poll(max, fn) hands fn(kind, obj, old, is_initial) the changes since the last poll, in order:
  * the first poll, and any after the reader fell behind the log, hands every object as an add
  * (is_initial true) first, then the changes from where that snapshot began, skipping what the
@@ -23,11 +25,15 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "lua_kinf.h"
+#include "lua_results.h"
 #include "lua_shared.h"
 #include "map.h"
 #include "shm_store.h"
@@ -35,7 +41,7 @@
 #define KL_SHM_MT "kinformer.shm"
 #define KL_SHARED_MT "kinformer.shared_store"
 
-enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_STAMPS = 4 };
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_STAMPS = 4, UV_RESULTS = 5 };
 
 typedef struct segref {
     kinf_shm *shm;
@@ -402,21 +408,51 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     const char *value;
     const kinf_shm_off *recs;
     size_t n;
-    kinf_shm_off bucket;
+    uint64_t writes, version;
     kinf_err err;
-    int ix;
+    int ix, sub;
     READER_PROLOGUE(fname);
     index = luaL_checkstring(L, 2);
     value = luaL_checklstring(L, 3, &len);
     ix = kinf_shm_store_index_of(st, index);
     if (ix < 0)
         return kl_argerror(L, 1, fname, "index '%s' does not exist", index);
-    luaL_checkstack(L, 12, "kinformer: shared store");
+    luaL_checkstack(L, 16, "kinformer: shared store");
+    lua_settop(L, uv);
+    writes = kinf_shm_store_writes(st);
+    /* RESULTS[keys_only + 1][index][value]: the array handed out last */
+    lua_rawgeti(L, uv, UV_RESULTS);
+    lua_rawgeti(L, -1, keys_only + 1);
+    lua_pushvalue(L, 2);
+    lua_rawget(L, -2);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        kl_results_push_weak_table(L);
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, -4);
+    }
+    sub = lua_gettop(L);
+    lua_pushvalue(L, 3);
+    lua_rawget(L, sub);
+    if (kl_results_valid(L, writes, 0, 0))
+        return 1; /* nothing written since it was built */
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
-    kinf_shm_store_by_index(st, ix, value, len, &recs, &n, &bucket);
+    kinf_shm_store_by_index(st, ix, value, len, &recs, &n, &version);
+    if (kl_results_valid(L, writes, 1, version)) {
+        kinf_shm_read_end(rs->seg->shm, rs->slot);
+        return 1;
+    }
+    lua_pop(L, 1);
     err = push_records(L, rs, uv, recs, n, keys_only);
     kinf_shm_read_end(rs->seg->shm, rs->slot);
-    return err == KINF_OK ? 1 : kl_fail(L, err, NULL);
+    if (err != KINF_OK)
+        return kl_fail(L, err, NULL);
+    kl_results_seal(L, writes, version);
+    lua_pushvalue(L, 3);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, sub);
+    return 1;
 }
 
 static int sh_by_index(lua_State *L)
@@ -728,7 +764,13 @@ static int seg_store(lua_State *L)
     s = kl_newuserdata(L, sizeof(*s));
     s->rs = NULL;
     luaL_setmetatable(L, KL_SHARED_MT);
-    lua_createtable(L, 4, 0);
+    lua_createtable(L, 5, 0);
+    lua_createtable(L, 2, 0); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
+    lua_newtable(L);
+    lua_rawseti(L, -2, 1);
+    lua_newtable(L);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, UV_RESULTS);
     lua_pushvalue(L, 1);
     lua_rawseti(L, -2, UV_SEG);
     lua_newtable(L);
@@ -801,6 +843,7 @@ struct kl_mirror {
     size_t nindexes;
     int took_over;        /* attached to a previous writer's store */
     unsigned long writes, failures, borrowed;
+    size_t swapped_bytes; /* of local records given back since the last trim */
     char last_error[200];
     double last_reap;
 };
@@ -907,8 +950,10 @@ static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
     kinf_shm_read_end(shm, m->rs->slot);
     if (b == NULL)
         return NULL;
-    if (kinf_store_swap_record(m->local, b, &old) == KINF_OK)
+    if (kinf_store_swap_record(m->local, b, &old) == KINF_OK) {
         m->borrowed++;
+        m->swapped_bytes += kinf_object_size(old);
+    }
     kinf_object_unref(b); /* the store holds its own reference */
     return old;
 }
@@ -941,6 +986,14 @@ void kl_mirror_flush(kl_mirror *m)
 {
     double now = kinf_now();
     kinf_shm_store_flush(m->st);
+#ifdef __GLIBC__
+    /* The local copies the segment replaced (a whole list of them after a sync) went back to
+     * malloc, which keeps them mapped: hand them back to the system. */
+    if (m->swapped_bytes >= 64u << 20) {
+        m->swapped_bytes = 0;
+        malloc_trim(0);
+    }
+#endif
     if (now - m->last_reap >= 1.0) { /* a respawned worker needs its predecessor's slot */
         m->last_reap = now;
         kinf_shm_reap_readers(m->seg->shm);

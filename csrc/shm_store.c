@@ -45,6 +45,7 @@ typedef struct shm_record {
 /* recs: n record offsets sorted by key; the value's bytes follow them (h.key_at). */
 typedef struct shm_bucket {
     kinf_shm_entry h;
+    uint64_t version; /* the store's write count when it was built: grows for a value */
     uint64_t n;
     kinf_shm_off recs[];
 } shm_bucket;
@@ -387,6 +388,7 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
     for (size_t i = at + found; i < n0; i++)
         b->recs[k++] = old->recs[i];
     b->n = k;
+    b->version = atomic_load_explicit(&H(st)->writes, memory_order_relaxed) + 1;
     b->h.key_at = (uint32_t)(sizeof(shm_bucket) + k * sizeof(kinf_shm_off));
     b->h.key_len = (uint32_t)value->len;
     memcpy((char *)b + b->h.key_at, value->ptr, value->len);
@@ -633,12 +635,12 @@ int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, ki
 }
 
 void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             const kinf_shm_off **recs, size_t *n, kinf_shm_off *bucket)
+                             const kinf_shm_off **recs, size_t *n, uint64_t *version)
 {
     kinf_shm_off b = 0;
     if (ix >= 0 && (uint64_t)ix < H(st)->nindexes)
         b = kinf_shm_map_get(st->shm, &H(st)->ix[ix].buckets, value, len);
-    *bucket = b;
+    *version = b ? BKT(st, b)->version : 0;
     *recs = b ? BKT(st, b)->recs : NULL;
     *n = b ? BKT(st, b)->n : 0;
 }

@@ -86,10 +86,10 @@ int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name); /* -1: 
 size_t kinf_shm_store_len(const kinf_shm_store *st);
 /* The record under key: 1 and *out filled, or 0. */
 int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out);
-/* The records under value in index ix, sorted by key: *recs points into the bucket (n of them)
- * and *bucket is its offset (0 and n = 0 when none): the same bucket until the value changes. */
+/* The records under value in index ix, sorted by key: *recs points into the bucket (n of them),
+ * and *version (0 when none) changes whenever they do, and never comes back for the value. */
 void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             const kinf_shm_off **recs, size_t *n, kinf_shm_off *bucket);
+                             const kinf_shm_off **recs, size_t *n, uint64_t *version);
 /* Readers: keeps the record at off (reached inside a read section) valid beyond the section,
  * until kinf_shm_store_release with the same reader slot. One bit per reader slot: a process
  * that hands the same record out several times counts its uses itself and releases once. */

@@ -60,6 +60,11 @@ describe("shared store", function()
     assert.equal(2, #on_n1)
     assert.equal("a", on_n1[1].metadata.name)
     assert.is_true(rawequal(on_n1[1], reader:get("ns/a"))) -- one table per record version
+    -- The same read-only array while the value is unchanged, also across other writes.
+    assert.is_true(rawequal(on_n1, reader:by_index("by_node", "n1")))
+    w.put(pod("c", "n2", 2))
+    assert.is_true(rawequal(on_n1, reader:by_index("by_node", "n1")))
+    assert.has_error(function() on_n1[3] = 1 end)
     local keys = reader:list_keys()
     table.sort(keys)
     assert.same({ "ns/a", "ns/b", "ns/c" }, keys)
@@ -85,13 +90,14 @@ describe("shared store", function()
     assert.same({}, reader:index_keys("by_node", "n1"))
     assert.same({ "ns/a", "ns/c" }, reader:index_keys("by_node", "n2"))
     assert.equal(2, reader:get("ns/a").metadata.resourceVersion + 0)
+    assert.is_false(rawequal(on_n1, reader:by_index("by_node", "n1")))
     local st = w.proc:status().shared
     assert.equal(2, st.items)
-    assert.equal(5, st.writes)
+    assert.equal(6, st.writes)
     assert.equal(0, st.failures)
     -- The writer's own store keeps no second copy: its records are borrowed from the segment
-    -- (4 adds and updates), and it reads as before.
-    assert.equal(4, st.borrowed)
+    -- (5 adds and updates), and it reads as before.
+    assert.equal(5, st.borrowed)
     assert.equal("n2", w.store:get("ns/a").spec.nodeName)
     assert.same({ "ns/a", "ns/c" }, w.store:index_keys("by_node", "n2"))
   end)

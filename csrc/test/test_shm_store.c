@@ -49,7 +49,7 @@ static const char *keys(kinf_shm_store *st, int ix, const char *value)
     static char buf[1024];
     const kinf_shm_off *recs;
     size_t n;
-    kinf_shm_off b;
+    uint64_t b;
     buf[0] = '\0';
     kinf_shm_store_by_index(st, ix, value, strlen(value), &recs, &n, &b);
     for (size_t i = 0; i < n; i++) {
@@ -172,7 +172,7 @@ static void a_full_segment_fails_the_write_and_keeps_the_content(void)
     {   /* the index holds exactly the stored keys */
         const kinf_shm_off *recs;
         size_t n;
-        kinf_shm_off b;
+        uint64_t b;
         kinf_shm_store_by_index(st, 1, "n1", 2, &recs, &n, &b);
         CHECK(n == info.items);
     }
@@ -300,7 +300,7 @@ static int check_buckets(kinf_shm_store *st)
     for (int k = 0; k < NODES; k++) {
         const kinf_shm_off *recs;
         size_t n;
-        kinf_shm_off b;
+        uint64_t b;
         snprintf(node, sizeof(node), "n%d", k);
         kinf_shm_store_by_index(st, 1, node, strlen(node), &recs, &n, &b);
         for (size_t i = 0; i < n; i++) {
