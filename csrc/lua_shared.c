@@ -9,7 +9,7 @@
  * slot's bit, shm_store.h) for as long as one of its tables is alive. A table is made once per
  * record version and reused (TABLES / OFFS by key, in the handle's uservalue); get(key) hands
  * the cached table out without a read section while the store has published no write since
- * that key was looked up (STAMPS: key -> the store's write count then). by_index and index_keys
+ * (FAST: key -> table, valid for one write count of the store, started over when it moves). by_index and index_keys
  * hand out the same read-only array while the value's bucket is unchanged (RESULTS, with
  * lua_results.c's rules: held weakly, rebuilt when its length was changed).
  * poll(max, fn) hands fn(kind, obj, old, is_initial) the changes since the last poll, in order:
@@ -41,7 +41,7 @@
 #define KL_SHM_MT "kinformer.shm"
 #define KL_SHARED_MT "kinformer.shared_store"
 
-enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_STAMPS = 4, UV_RESULTS = 5 };
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5 };
 
 typedef struct segref {
     kinf_shm *shm;
@@ -66,6 +66,7 @@ typedef struct rstate {
     uint64_t catchup;   /* after a snapshot: events up to this seq may repeat it */
     kinf_map seen;      /* during catch-up: key -> the seq the handlers have (uintptr_t) */
     unsigned long resyncs, events;
+    uint64_t fast_writes; /* the store's write count FAST is valid for */
 } rstate;
 
 typedef struct lseg {
@@ -291,7 +292,7 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
 /* Forgets key's cached table (its record was replaced or deleted). */
 static void forget(lua_State *L, int uv, const char *key, size_t len)
 {
-    for (int t = UV_TABLES; t <= UV_STAMPS; t++) {
+    for (int t = UV_TABLES; t <= UV_FAST; t++) {
         lua_rawgeti(L, uv, t);
         lua_pushlstring(L, key, len);
         lua_pushnil(L);
@@ -341,23 +342,30 @@ static int sh_get_by_key(lua_State *L)
     kinf_err err;
     uint64_t writes;
     int found;
+    lshared *fast = lua_touserdata(L, 1);
+
+    /* Fast path: nothing written since this key was looked up (the metatable checked against
+     * get's upvalue, not by name). */
+    if (fast != NULL && lua_type(L, 2) == LUA_TSTRING && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+        if (same && fast->rs != NULL && fast->rs->st != NULL &&
+            kinf_shm_store_writes(fast->rs->st) == fast->rs->fast_writes) {
+            lua_settop(L, 2);
+            kl_getuservalue(L, 1);
+            lua_rawgeti(L, 3, UV_FAST);
+            lua_pushvalue(L, 2);
+            lua_rawget(L, 4);
+            if (!lua_isnil(L, 5))
+                return 1;
+        }
+    }
+    {
     READER_PROLOGUE("get_by_key");
     key = luaL_checklstring(L, 2, &len);
     luaL_checkstack(L, 12, "kinformer: shared store");
     lua_settop(L, uv);
-    /* Fast path: nothing written since this key's table was looked up. */
     writes = kinf_shm_store_writes(st);
-    lua_rawgeti(L, uv, UV_STAMPS);
-    lua_pushvalue(L, 2);
-    lua_rawget(L, -2);
-    if (lua_tonumber(L, -1) == (lua_Number)writes) {
-        lua_rawgeti(L, uv, UV_TABLES);
-        lua_pushvalue(L, 2);
-        lua_rawget(L, -2);
-        if (!lua_isnil(L, -1))
-            return 1;
-    }
-    lua_settop(L, uv);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
     found = kinf_shm_store_get(st, key, len, &v);
     /* Only a memory error of Lua can raise inside a section: it stays open until this
@@ -371,12 +379,18 @@ static int sh_get_by_key(lua_State *L)
         lua_pushnil(L);
         return 1;
     }
-    lua_rawgeti(L, uv, UV_STAMPS);
+    if (writes != rs->fast_writes) { /* a write since: start FAST over */
+        lua_newtable(L);
+        lua_rawseti(L, uv, UV_FAST);
+        rs->fast_writes = writes;
+    }
+    lua_rawgeti(L, uv, UV_FAST);
     lua_pushvalue(L, 2);
-    lua_pushnumber(L, (lua_Number)writes);
+    lua_pushvalue(L, -3);
     lua_rawset(L, -3);
     lua_pop(L, 1);
     return 1;
+    }
 }
 
 /* Pushes an array of the tables (keys_only: the keys) of n records (inside a read section). */
@@ -563,7 +577,7 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
     lua_newtable(L);
     lua_rawseti(L, uv, UV_OFFS);
     lua_newtable(L);
-    lua_rawseti(L, uv, UV_STAMPS);
+    lua_rawseti(L, uv, UV_FAST);
     lua_newtable(L);
     arr = lua_gettop(L);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
@@ -746,7 +760,7 @@ static int sh_close(lua_State *L)
     lua_newtable(L);
     lua_rawseti(L, -2, UV_OFFS);
     lua_newtable(L);
-    lua_rawseti(L, -2, UV_STAMPS);
+    lua_rawseti(L, -2, UV_FAST);
     rstate_unref(s->rs);
     s->rs = NULL;
     return 0;
@@ -778,7 +792,7 @@ static int seg_store(lua_State *L)
     lua_newtable(L);
     lua_rawseti(L, -2, UV_OFFS);
     lua_newtable(L);
-    lua_rawseti(L, -2, UV_STAMPS);
+    lua_rawseti(L, -2, UV_FAST);
     kl_setuservalue(L, -2);
     rs = calloc(1, sizeof(*rs));
     if (rs == NULL)
@@ -791,6 +805,7 @@ static int seg_store(lua_State *L)
     rs->slot = kinf_shm_reader_open(ls->seg->shm, (int)getpid());
     kinf_map_init(&rs->holds);
     kinf_map_init(&rs->seen);
+    rs->fast_writes = UINT64_MAX;
     s->rs = rs;
     return 1;
 }
@@ -831,6 +846,15 @@ void kl_open_shared(lua_State *L)
 {
     kl_new_class(L, KL_SHM_MT, SEG_METHODS, SEG_META);
     kl_new_class(L, KL_SHARED_MT, SHARED_METHODS, SHARED_META);
+    /* get and get_by_key again, with the metatable as their upvalue (the fast path) */
+    luaL_getmetatable(L, KL_SHARED_MT);
+    lua_getfield(L, -1, "__index");
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, sh_get_by_key, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "get");
+    lua_setfield(L, -2, "get_by_key");
+    lua_pop(L, 2);
 }
 
 /* ---- the writer's mirror ---- */
