@@ -124,41 +124,17 @@ local function probe_dir()
 end
 
 local function start_nginx(srv, dir, model, workers, empty)
-  local root = KINFORMER_ROOT
   local port = openresty.free_port()
   local inst = openresty.start{ name = "shared-bench", env = { KINFORMER_SERVER = srv.url,
     BENCH_MODEL = model, BENCH_EMPTY = empty and "1" or "0",
     BENCH_SHM = tostring(math.max(64, math.ceil(PODS * 7.5 / 1024 + SLICES * 3 / 1024))) .. "m" },
-    conf = ([[
-load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module %s;
-worker_processes %d;
-error_log logs/error.log notice;
-pid logs/nginx.pid;
-env KINFORMER_SERVER;
-env BENCH_MODEL;
-env BENCH_EMPTY;
-env BENCH_SHM;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path logs/client_body;
-    proxy_temp_path logs/proxy;
-    fastcgi_temp_path logs/fastcgi;
-    uwsgi_temp_path logs/uwsgi;
-    scgi_temp_path logs/scgi;
-    lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
-    lua_package_cpath "%s/build/luajit/?.so;;";
+    conf = openresty.lua_conf{ workers = workers, dir = dir, port = port,
+      env = { "KINFORMER_SERVER", "BENCH_MODEL", "BENCH_EMPTY", "BENCH_SHM" }, http = [[
     lua_shared_dict kinformer 4m;
     init_by_lua_block { require("bench_probe").init() }
-    init_worker_by_lua_block { require("bench_probe").init_worker() }
-    server {
-        listen 127.0.0.1:%d reuseport;
+    init_worker_by_lua_block { require("bench_probe").init_worker() }]], locations = [[
         location = /info { content_by_lua_block { require("bench_probe").info() } }
-        location = /lookups { content_by_lua_block { require("bench_probe").lookups() } }
-    }
-}
-]]):format(openresty.LUA_MODULE, workers, dir, root, root, root, port) }
+        location = /lookups { content_by_lua_block { require("bench_probe").lookups() } }]] } }
   inst.port = port
   inst.workers = workers
   return inst

@@ -194,6 +194,25 @@ static int check_root(lua_State *L, int idx, const char *fname)
 
 /* ---- readers: records to tables ---- */
 
+/* A reader's state on segment seg for the store at root, with a reader slot of this process
+ * (-1 when none is free); NULL when out of memory. */
+static rstate *rstate_new(segref *seg, int root)
+{
+    rstate *rs = calloc(1, sizeof(*rs));
+    if (rs == NULL)
+        return NULL;
+    atomic_init(&rs->refs, 1);
+    pthread_mutex_init(&rs->mu, NULL);
+    rs->seg = seg;
+    atomic_fetch_add(&seg->refs, 1);
+    rs->root = root;
+    rs->slot = kinf_shm_reader_open(seg->shm, (int)getpid());
+    kinf_map_init(&rs->holds);
+    kinf_map_init(&rs->seen);
+    rs->fast_writes = UINT64_MAX;
+    return rs;
+}
+
 /* The release of a borrowed record: on whichever thread drops its last reference (a writer's
  * store is also read by its I/O thread). */
 static void release_hold(void *ud)
@@ -794,18 +813,9 @@ static int seg_store(lua_State *L)
     lua_newtable(L);
     lua_rawseti(L, -2, UV_FAST);
     kl_setuservalue(L, -2);
-    rs = calloc(1, sizeof(*rs));
+    rs = rstate_new(ls->seg, root);
     if (rs == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
-    atomic_init(&rs->refs, 1);
-    pthread_mutex_init(&rs->mu, NULL);
-    rs->seg = ls->seg;
-    atomic_fetch_add(&ls->seg->refs, 1);
-    rs->root = root;
-    rs->slot = kinf_shm_reader_open(ls->seg->shm, (int)getpid());
-    kinf_map_init(&rs->holds);
-    kinf_map_init(&rs->seen);
-    rs->fast_writes = UINT64_MAX;
     s->rs = rs;
     return 1;
 }
@@ -930,17 +940,9 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
     m->nindexes = n;
     /* The local store keeps its objects in the segment too (borrowed records): without a reader
      * slot, or a second handle, it keeps its own copies. */
-    m->rs = calloc(1, sizeof(*m->rs));
+    m->rs = rstate_new(m->seg, root);
     if (m->rs != NULL) {
         kinf_err e2;
-        atomic_init(&m->rs->refs, 1);
-        pthread_mutex_init(&m->rs->mu, NULL);
-        m->rs->seg = m->seg;
-        atomic_fetch_add(&m->seg->refs, 1);
-        m->rs->root = root;
-        kinf_map_init(&m->rs->holds);
-        kinf_map_init(&m->rs->seen);
-        m->rs->slot = kinf_shm_reader_open(shm, (int)getpid());
         m->rs->st = kinf_shm_store_attach(shm, root, &e2);
         if (m->rs->slot < 0 || m->rs->st == NULL) {
             rstate_unref(m->rs);

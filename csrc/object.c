@@ -77,6 +77,25 @@ static const char *put(char **cur, const char *s, size_t len)
     return start;
 }
 
+/* Copies the metadata strings and the key (namespace/name) to cur, in that order. */
+static void put_meta(kinf_object *obj, char *cur, const kinf_meta *meta, size_t key_len)
+{
+    const kinf_str *ns = &meta->namespace_;
+    obj->namespace_ = put(&cur, ns->ptr, ns->len);
+    obj->name = put(&cur, meta->name.ptr, meta->name.len);
+    obj->uid = put(&cur, meta->uid.ptr, meta->uid.len);
+    obj->resource_version = put(&cur, meta->resource_version.ptr, meta->resource_version.len);
+    obj->key = cur;
+    if (ns->len) {
+        memcpy(cur, ns->ptr, ns->len);
+        cur[ns->len] = '/';
+        cur += ns->len + 1;
+    }
+    memcpy(cur, meta->name.ptr, meta->name.len);
+    cur[meta->name.len] = '\0';
+    obj->key_len = key_len;
+}
+
 kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta *meta,
                              kinf_err *err)
 {
@@ -111,19 +130,7 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
     cur = (char *)(obj + 1);
     obj->json = put(&cur, json, json_len);
     obj->json_len = json_len;
-    obj->namespace_ = put(&cur, ns->ptr, ns->len);
-    obj->name = put(&cur, meta->name.ptr, meta->name.len);
-    obj->uid = put(&cur, meta->uid.ptr, meta->uid.len);
-    obj->resource_version = put(&cur, meta->resource_version.ptr, meta->resource_version.len);
-    obj->key = cur;
-    if (ns->len) {
-        memcpy(cur, ns->ptr, ns->len);
-        cur[ns->len] = '/';
-        cur += ns->len + 1;
-    }
-    memcpy(cur, meta->name.ptr, meta->name.len);
-    cur[meta->name.len] = '\0';
-    obj->key_len = key_len;
+    put_meta(obj, cur, meta, key_len);
     *err = KINF_OK;
     return obj;
 }
@@ -166,19 +173,7 @@ kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_me
     obj->json = json;
     obj->json_len = json_len;
     cur = (char *)(b + 1);
-    obj->namespace_ = put(&cur, ns->ptr, ns->len);
-    obj->name = put(&cur, meta->name.ptr, meta->name.len);
-    obj->uid = put(&cur, meta->uid.ptr, meta->uid.len);
-    obj->resource_version = put(&cur, meta->resource_version.ptr, meta->resource_version.len);
-    obj->key = cur;
-    if (ns->len) {
-        memcpy(cur, ns->ptr, ns->len);
-        cur[ns->len] = '/';
-        cur += ns->len + 1;
-    }
-    memcpy(cur, meta->name.ptr, meta->name.len);
-    cur[meta->name.len] = '\0';
-    obj->key_len = key_len;
+    put_meta(obj, cur, meta, key_len);
     *err = KINF_OK;
     return obj;
 }

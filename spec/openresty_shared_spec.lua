@@ -114,35 +114,15 @@ describe("kinformer.ngx shared model, " .. WORKERS .. " workers", function()
     local f = assert(io.open(dir .. "/shared_probe.lua", "w"))
     f:write(PROBE)
     f:close()
-    local root = KINFORMER_ROOT
     local port = openresty.free_port()
-    inst = openresty.start{ name = "shared", env = { KINFORMER_SERVER = srv.url }, conf = ([[
-load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module %s;
-worker_processes %d;
-error_log logs/error.log notice;
-pid logs/nginx.pid;
-worker_shutdown_timeout 5s;
-env KINFORMER_SERVER;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path logs/client_body;
-    proxy_temp_path logs/proxy;
-    fastcgi_temp_path logs/fastcgi;
-    uwsgi_temp_path logs/uwsgi;
-    scgi_temp_path logs/scgi;
-    lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
-    lua_package_cpath "%s/build/luajit/?.so;;";
+    inst = openresty.start{ name = "shared", env = { KINFORMER_SERVER = srv.url },
+      conf = openresty.lua_conf{ workers = WORKERS, dir = dir, port = port,
+        env = { "KINFORMER_SERVER" }, http = [[
     lua_shared_dict kinformer 1m;
     init_by_lua_block { require("shared_probe").init() }
-    init_worker_by_lua_block { require("shared_probe").init_worker() }
-    server {
-        listen 127.0.0.1:%d reuseport;
-        location = /dump { content_by_lua_block { require("shared_probe").dump() } }
-    }
-}
-]]):format(openresty.LUA_MODULE, WORKERS, dir, root, root, root, port) }
+    init_worker_by_lua_block { require("shared_probe").init_worker() }]],
+        locations = [[
+        location = /dump { content_by_lua_block { require("shared_probe").dump() } }]] } }
     inst.port = port
     converge(10, "the first sync")
   end)

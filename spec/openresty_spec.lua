@@ -405,31 +405,11 @@ end
 return M
 ]])
     f:close()
-    local root = KINFORMER_ROOT
     local port = openresty.free_port()
-    inst = openresty.start{ name = "argprobe", conf = ([[
-load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module %s;
-worker_processes 1;
-error_log logs/error.log notice;
-pid logs/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path logs/client_body;
-    proxy_temp_path logs/proxy;
-    fastcgi_temp_path logs/fastcgi;
-    uwsgi_temp_path logs/uwsgi;
-    scgi_temp_path logs/scgi;
-    lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
-    lua_package_cpath "%s/build/luajit/?.so;;";
-    server {
-        listen 127.0.0.1:%d;
+    inst = openresty.start{ name = "argprobe", conf = openresty.lua_conf{ dir = dir, port = port,
+      locations = [[
         location = /probe { content_by_lua_block { require("argprobe").run() } }
-        location = /objects { content_by_lua_block { require("argprobe").objects() } }
-    }
-}
-]]):format(openresty.LUA_MODULE, dir, root, root, root, port) }
+        location = /objects { content_by_lua_block { require("argprobe").objects() } }]] } }
     inst.port = port
   end)
 

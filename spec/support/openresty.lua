@@ -102,6 +102,26 @@ local TEMP_PATHS = [[
     scgi_temp_path logs/scgi;
 ]]
 
+--- openresty.lua_conf{ workers = 1, dir = D, port = P, env = { "NAME", ... }, http = text,
+-- locations = text } -> the nginx.conf of an nginx that runs this checkout's kinformer (the
+-- LuaJIT build) with the Lua modules of directory D, declares the env variables, adds `http`
+-- inside the http block and serves `locations` on 127.0.0.1:P (reuseport).
+function _M.lua_conf(o)
+  local root = rawget(_G, "KINFORMER_ROOT") or "."
+  local env = {}
+  for _, name in ipairs(o.env or {}) do env[#env + 1] = "env " .. name .. ";\n" end
+  return preamble(o.workers or 1) .. table.concat(env) .. "http {\n" .. TEMP_PATHS .. ([[
+    lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
+    lua_package_cpath "%s/build/luajit/?.so;;";
+%s
+    server {
+        listen 127.0.0.1:%d reuseport;
+%s
+    }
+}
+]]):format(o.dir, root, root, root, o.http or "", o.port, o.locations or "")
+end
+
 --- openresty.start{ conf = text, env = { NAME = value }, name = "router" } -> instance
 -- Writes conf into a fresh prefix and starts nginx there. Raises when it does not come up.
 function _M.start(opts)
