@@ -110,6 +110,13 @@ static void rstate_unref(rstate *rs)
     free(rs);
 }
 
+/* Sets t[k] = v in the table on top of the stack. */
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
 /* ---- segments ---- */
 
 static lseg *check_seg(lua_State *L, int idx)
@@ -159,20 +166,13 @@ static void push_stats(lua_State *L, kinf_shm *shm)
     kinf_shm_stats st;
     kinf_shm_stats_get(shm, &st);
     lua_createtable(L, 0, 7);
-    lua_pushinteger(L, (lua_Integer)st.size);
-    lua_setfield(L, -2, "size");
-    lua_pushinteger(L, (lua_Integer)st.used);
-    lua_setfield(L, -2, "used");
-    lua_pushinteger(L, (lua_Integer)(st.free_listed + st.untouched));
-    lua_setfield(L, -2, "free");
-    lua_pushinteger(L, (lua_Integer)st.alloc_failures);
-    lua_setfield(L, -2, "alloc_failures");
-    lua_pushinteger(L, (lua_Integer)st.takeovers);
-    lua_setfield(L, -2, "takeovers");
-    lua_pushinteger(L, st.readers);
-    lua_setfield(L, -2, "readers");
-    lua_pushinteger(L, (lua_Integer)st.retired);
-    lua_setfield(L, -2, "retired");
+    set_int(L, "size", (lua_Integer)st.size);
+    set_int(L, "used", (lua_Integer)st.used);
+    set_int(L, "free", (lua_Integer)(st.free_listed + st.untouched));
+    set_int(L, "alloc_failures", (lua_Integer)st.alloc_failures);
+    set_int(L, "takeovers", (lua_Integer)st.takeovers);
+    set_int(L, "readers", st.readers);
+    set_int(L, "retired", (lua_Integer)st.retired);
 }
 
 static int seg_stats(lua_State *L)
@@ -741,27 +741,19 @@ static int sh_status(lua_State *L)
     lua_setfield(L, -2, "created");
     if (st != NULL) {
         kinf_shm_store_info_get(st, &info);
-        lua_pushinteger(L, (lua_Integer)info.items);
-        lua_setfield(L, -2, "items");
-        lua_pushinteger(L, (lua_Integer)info.writes);
-        lua_setfield(L, -2, "writes");
-        lua_pushinteger(L, (lua_Integer)info.write_failures);
-        lua_setfield(L, -2, "write_failures");
-        lua_pushinteger(L, (lua_Integer)info.log_head);
-        lua_setfield(L, -2, "log_head");
+        set_int(L, "items", (lua_Integer)info.items);
+        set_int(L, "writes", (lua_Integer)info.writes);
+        set_int(L, "write_failures", (lua_Integer)info.write_failures);
+        set_int(L, "log_head", (lua_Integer)info.log_head);
     }
-    lua_pushinteger(L, (lua_Integer)rs->cursor);
-    lua_setfield(L, -2, "cursor");
-    lua_pushinteger(L, (lua_Integer)rs->resyncs);
-    lua_setfield(L, -2, "resyncs");
-    lua_pushinteger(L, (lua_Integer)rs->events);
-    lua_setfield(L, -2, "events");
+    set_int(L, "cursor", (lua_Integer)rs->cursor);
+    set_int(L, "resyncs", (lua_Integer)rs->resyncs);
+    set_int(L, "events", (lua_Integer)rs->events);
     pthread_mutex_lock(&rs->mu);
     lua_pushinteger(L, (lua_Integer)rs->holds.count);
     pthread_mutex_unlock(&rs->mu);
     lua_setfield(L, -2, "held");
-    lua_pushinteger(L, rs->slot);
-    lua_setfield(L, -2, "slot");
+    set_int(L, "slot", rs->slot);
     push_stats(L, rs->seg->shm);
     lua_setfield(L, -2, "segment");
     return 1;
@@ -1047,18 +1039,13 @@ void kl_mirror_status(lua_State *L, kl_mirror *m)
     kinf_shm_store_info info;
     kinf_shm_store_info_get(m->st, &info);
     lua_createtable(L, 0, 8);
-    lua_pushinteger(L, (lua_Integer)info.items);
-    lua_setfield(L, -2, "items");
-    lua_pushinteger(L, (lua_Integer)m->writes);
-    lua_setfield(L, -2, "writes");
-    lua_pushinteger(L, (lua_Integer)m->failures);
-    lua_setfield(L, -2, "failures");
-    lua_pushinteger(L, (lua_Integer)info.log_head);
-    lua_setfield(L, -2, "log_head");
+    set_int(L, "items", (lua_Integer)info.items);
+    set_int(L, "writes", (lua_Integer)m->writes);
+    set_int(L, "failures", (lua_Integer)m->failures);
+    set_int(L, "log_head", (lua_Integer)info.log_head);
     lua_pushboolean(L, m->took_over);
     lua_setfield(L, -2, "took_over");
-    lua_pushinteger(L, (lua_Integer)m->borrowed);
-    lua_setfield(L, -2, "borrowed");
+    set_int(L, "borrowed", (lua_Integer)m->borrowed);
     if (m->last_error[0]) {
         lua_pushstring(L, m->last_error);
         lua_setfield(L, -2, "last_error");
