@@ -1,7 +1,7 @@
 /*
  * lua_shared.c - the shared cache from Lua: core.shm(size) maps a segment (before nginx forks
- * its workers), an informer's processor mirrors its store into it (processor:mirror, in
- * lua_informer.c through kl_shared_mirror_*), and any process reads it with seg:store(slot).
+ * its workers), an informer's processor mirrors its store into it (processor:mirror:
+ * lua_mirror.c), and any process reads it with seg:store(slot).
  *
  * Readers: get / get_by_key / list / list_keys / by_index / index_keys / list_index_func_values /
  * len read the segment inside a read section (shm.h) and hand out lazily decoded tables whose
@@ -25,9 +25,6 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,6 +32,7 @@
 #include "lua_kinf.h"
 #include "lua_results.h"
 #include "lua_shared.h"
+#include "lua_shared_impl.h"
 #include "map.h"
 #include "shm_store.h"
 
@@ -43,41 +41,7 @@
 
 enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5 };
 
-typedef struct segref {
-    kinf_shm *shm;
-    atomic_long refs;
-} segref;
-
-typedef struct hold {
-    uint64_t off; /* the map's key bytes */
-    long count;   /* borrowed records of this process on it */
-    struct rstate *rs;
-} hold;
-
-typedef struct rstate {
-    atomic_long refs;   /* the handle, each borrowed record (released on any thread) */
-    pthread_mutex_t mu; /* guards holds and the holds' counts */
-    segref *seg;
-    kinf_shm_store *st; /* NULL until the writer created the store */
-    int root;
-    int slot;           /* this process's reader slot, -1 when none could be had */
-    kinf_map holds;     /* record offset (8 bytes) -> hold */
-    uint64_t cursor;    /* the next log seq to deliver; 0: never polled */
-    uint64_t catchup;   /* after a snapshot: events up to this seq may repeat it */
-    kinf_map seen;      /* during catch-up: key -> the seq the handlers have (uintptr_t) */
-    unsigned long resyncs, events;
-    uint64_t fast_writes; /* the store's write count FAST is valid for */
-} rstate;
-
-typedef struct lseg {
-    segref *seg;
-} lseg;
-
-typedef struct lshared {
-    rstate *rs;
-} lshared;
-
-static void seg_unref(segref *s)
+void kl_seg_unref(segref *s)
 {
     if (s != NULL && atomic_fetch_sub(&s->refs, 1) == 1) {
         kinf_shm_close(s->shm);
@@ -94,7 +58,7 @@ static void seen_clear(rstate *rs)
     kinf_map_init(&rs->seen);
 }
 
-static void rstate_unref(rstate *rs)
+void kl_rstate_unref(rstate *rs)
 {
     if (rs == NULL || atomic_fetch_sub(&rs->refs, 1) != 1)
         return;
@@ -106,12 +70,12 @@ static void rstate_unref(rstate *rs)
     if (rs->slot >= 0)
         kinf_shm_reader_close(rs->seg->shm, rs->slot);
     kinf_shm_store_close(rs->st);
-    seg_unref(rs->seg);
+    kl_seg_unref(rs->seg);
     free(rs);
 }
 
 /* Sets t[k] = v in the table on top of the stack. */
-static void set_int(lua_State *L, const char *k, lua_Integer v)
+void kl_set_int(lua_State *L, const char *k, lua_Integer v)
 {
     lua_pushinteger(L, v);
     lua_setfield(L, -2, k);
@@ -119,14 +83,14 @@ static void set_int(lua_State *L, const char *k, lua_Integer v)
 
 /* ---- segments ---- */
 
-static lseg *check_seg(lua_State *L, int idx)
+lseg *kl_check_seg(lua_State *L, int idx)
 {
     return luaL_checkudata(L, idx, KL_SHM_MT);
 }
 
 kinf_shm *kl_check_shm(lua_State *L, int idx)
 {
-    return check_seg(L, idx)->seg->shm;
+    return kl_check_seg(L, idx)->seg->shm;
 }
 
 int kl_new_shm(lua_State *L)
@@ -155,32 +119,32 @@ int kl_new_shm(lua_State *L)
 
 static int seg_gc(lua_State *L)
 {
-    lseg *ls = check_seg(L, 1);
-    seg_unref(ls->seg);
+    lseg *ls = kl_check_seg(L, 1);
+    kl_seg_unref(ls->seg);
     ls->seg = NULL;
     return 0;
 }
 
-static void push_stats(lua_State *L, kinf_shm *shm)
+void kl_push_shm_stats(lua_State *L, kinf_shm *shm)
 {
     kinf_shm_stats st;
     kinf_shm_stats_get(shm, &st);
     lua_createtable(L, 0, 7);
-    set_int(L, "size", (lua_Integer)st.size);
-    set_int(L, "used", (lua_Integer)st.used);
-    set_int(L, "free", (lua_Integer)(st.free_listed + st.untouched));
-    set_int(L, "alloc_failures", (lua_Integer)st.alloc_failures);
-    set_int(L, "takeovers", (lua_Integer)st.takeovers);
-    set_int(L, "readers", st.readers);
-    set_int(L, "retired", (lua_Integer)st.retired);
+    kl_set_int(L, "size", (lua_Integer)st.size);
+    kl_set_int(L, "used", (lua_Integer)st.used);
+    kl_set_int(L, "free", (lua_Integer)(st.free_listed + st.untouched));
+    kl_set_int(L, "alloc_failures", (lua_Integer)st.alloc_failures);
+    kl_set_int(L, "takeovers", (lua_Integer)st.takeovers);
+    kl_set_int(L, "readers", st.readers);
+    kl_set_int(L, "retired", (lua_Integer)st.retired);
 }
 
 static int seg_stats(lua_State *L)
 {
-    lseg *ls = check_seg(L, 1);
+    lseg *ls = kl_check_seg(L, 1);
     if (ls->seg == NULL)
         return luaL_error(L, "kinformer: shm: the segment is gone");
-    push_stats(L, ls->seg->shm);
+    kl_push_shm_stats(L, ls->seg->shm);
     return 1;
 }
 
@@ -196,7 +160,7 @@ static int check_root(lua_State *L, int idx, const char *fname)
 
 /* A reader's state on segment seg for the store at root, with a reader slot of this process
  * (-1 when none is free); NULL when out of memory. */
-static rstate *rstate_new(segref *seg, int root)
+rstate *kl_rstate_new(segref *seg, int root)
 {
     rstate *rs = calloc(1, sizeof(*rs));
     if (rs == NULL)
@@ -226,11 +190,11 @@ static void release_hold(void *ud)
         free(h);
     }
     pthread_mutex_unlock(&rs->mu);
-    rstate_unref(rs);
+    kl_rstate_unref(rs);
 }
 
 /* A borrowed record for the record at v (inside a read section): holds it for this process. */
-static kinf_object *borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
+kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
 {
     kinf_meta meta = {v->namespace_, v->name, v->uid, v->resource_version};
     kinf_object *obj;
@@ -284,7 +248,7 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
     }
     lua_pop(L, 2);
     g = kl_push_guard(L);
-    obj = borrow(rs, v, &err);
+    obj = kl_borrow(rs, v, &err);
     if (obj == NULL) {
         lua_pop(L, 1);
         return err;
@@ -741,20 +705,20 @@ static int sh_status(lua_State *L)
     lua_setfield(L, -2, "created");
     if (st != NULL) {
         kinf_shm_store_info_get(st, &info);
-        set_int(L, "items", (lua_Integer)info.items);
-        set_int(L, "writes", (lua_Integer)info.writes);
-        set_int(L, "write_failures", (lua_Integer)info.write_failures);
-        set_int(L, "log_head", (lua_Integer)info.log_head);
+        kl_set_int(L, "items", (lua_Integer)info.items);
+        kl_set_int(L, "writes", (lua_Integer)info.writes);
+        kl_set_int(L, "write_failures", (lua_Integer)info.write_failures);
+        kl_set_int(L, "log_head", (lua_Integer)info.log_head);
     }
-    set_int(L, "cursor", (lua_Integer)rs->cursor);
-    set_int(L, "resyncs", (lua_Integer)rs->resyncs);
-    set_int(L, "events", (lua_Integer)rs->events);
+    kl_set_int(L, "cursor", (lua_Integer)rs->cursor);
+    kl_set_int(L, "resyncs", (lua_Integer)rs->resyncs);
+    kl_set_int(L, "events", (lua_Integer)rs->events);
     pthread_mutex_lock(&rs->mu);
     lua_pushinteger(L, (lua_Integer)rs->holds.count);
     pthread_mutex_unlock(&rs->mu);
     lua_setfield(L, -2, "held");
-    set_int(L, "slot", rs->slot);
-    push_stats(L, rs->seg->shm);
+    kl_set_int(L, "slot", rs->slot);
+    kl_push_shm_stats(L, rs->seg->shm);
     lua_setfield(L, -2, "segment");
     return 1;
 }
@@ -772,14 +736,14 @@ static int sh_close(lua_State *L)
     lua_rawseti(L, -2, UV_OFFS);
     lua_newtable(L);
     lua_rawseti(L, -2, UV_FAST);
-    rstate_unref(s->rs);
+    kl_rstate_unref(s->rs);
     s->rs = NULL;
     return 0;
 }
 
 static int seg_store(lua_State *L)
 {
-    lseg *ls = check_seg(L, 1);
+    lseg *ls = kl_check_seg(L, 1);
     int root = check_root(L, 2, "store");
     lshared *s;
     rstate *rs;
@@ -805,7 +769,7 @@ static int seg_store(lua_State *L)
     lua_newtable(L);
     lua_rawseti(L, -2, UV_FAST);
     kl_setuservalue(L, -2);
-    rs = rstate_new(ls->seg, root);
+    rs = kl_rstate_new(ls->seg, root);
     if (rs == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
     s->rs = rs;
@@ -857,213 +821,4 @@ void kl_open_shared(lua_State *L)
     lua_setfield(L, -3, "get");
     lua_setfield(L, -2, "get_by_key");
     lua_pop(L, 2);
-}
-
-/* ---- the writer's mirror ---- */
-
-struct kl_mirror {
-    segref *seg;
-    kinf_shm_store *st;
-    rstate *rs;           /* the writer as a reader: the local store's records borrow from it */
-    kinf_store *local;    /* one reference */
-    size_t nindexes;
-    int took_over;        /* attached to a previous writer's store */
-    unsigned long writes, failures, borrowed;
-    size_t swapped_bytes; /* of local records given back since the last trim */
-    char last_error[200];
-    double last_reap;
-};
-
-kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local, kinf_err *err,
-                          char *msg, size_t msglen)
-{
-    lseg *ls = check_seg(L, seg_idx);
-    kinf_shm *shm = ls->seg->shm;
-    const char *names[KINF_SHM_STORE_INDEXES];
-    size_t n = kinf_store_index_count(local);
-    kl_mirror *m;
-    kinf_err claim;
-
-    msg[0] = '\0';
-    if (n > KINF_SHM_STORE_INDEXES) {
-        kinf_errmsg(msg, msglen, "a shared store takes at most %d indexes, this one has %d",
-                    KINF_SHM_STORE_INDEXES, (int)n);
-        *err = KINF_EINVAL;
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++)
-        names[i] = kinf_store_index_name(local, i);
-    claim = kinf_shm_claim_writer(shm, (int)getpid());
-    if (claim == KINF_EBUSY) {
-        kinf_errmsg(msg, msglen, "another live process writes this segment");
-        *err = KINF_EBUSY;
-        return NULL;
-    }
-    m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        *err = KINF_ENOMEM;
-        return NULL;
-    }
-    m->st = kinf_shm_store_attach(shm, root, err);
-    if (m->st != NULL) {
-        int same = 1;
-        for (size_t i = 0; i < n; i++)
-            same &= kinf_shm_store_index_of(m->st, names[i]) == (int)i;
-        if (!same) {
-            kinf_errmsg(msg, msglen, "the shared store in slot %d has other indexes", root + 1);
-            *err = KINF_EINVAL;
-        } else {
-            *err = kinf_shm_store_become_writer(m->st);
-            m->took_over = 1;
-        }
-    } else {
-        m->st = kinf_shm_store_create(shm, root, names, n, 4096, err);
-        if (m->st == NULL)
-            kinf_errmsg(msg, msglen, "the segment has no room for the store");
-    }
-    if (m->st == NULL || *err != KINF_OK) {
-        kinf_shm_store_close(m->st);
-        free(m);
-        return NULL;
-    }
-    m->seg = ls->seg;
-    atomic_fetch_add(&m->seg->refs, 1);
-    m->local = kinf_store_ref(local);
-    m->nindexes = n;
-    /* The local store keeps its objects in the segment too (borrowed records): without a reader
-     * slot, or a second handle, it keeps its own copies. */
-    m->rs = rstate_new(m->seg, root);
-    if (m->rs != NULL) {
-        kinf_err e2;
-        m->rs->st = kinf_shm_store_attach(shm, root, &e2);
-        if (m->rs->slot < 0 || m->rs->st == NULL) {
-            rstate_unref(m->rs);
-            m->rs = NULL;
-        }
-    }
-    return m;
-}
-
-static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
-{
-    m->failures++;
-    kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
-                e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
-}
-
-/* After obj was written to the segment: the local store's record becomes one borrowed from the
- * segment (the same object, no second copy). Returns the record it replaced, or NULL. */
-static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
-{
-    kinf_shm *shm = m->seg->shm;
-    kinf_object *b = NULL, *old = NULL;
-    kinf_shm_view v;
-    kinf_err e;
-
-    if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED))
-        return NULL;
-    kinf_shm_read_begin(shm, m->rs->slot);
-    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v))
-        b = borrow(m->rs, &v, &e);
-    kinf_shm_read_end(shm, m->rs->slot);
-    if (b == NULL)
-        return NULL;
-    if (kinf_store_swap_record(m->local, b, &old) == KINF_OK) {
-        m->borrowed++;
-        m->swapped_bytes += kinf_object_size(old);
-    }
-    kinf_object_unref(b); /* the store holds its own reference */
-    return old;
-}
-
-kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
-{
-    kinf_values *vals[KINF_SHM_STORE_INDEXES];
-    const kinf_object *obj = note->obj;
-    kinf_err e;
-
-    if (note->kind == KINF_EVENT_DELETE) {
-        e = kinf_shm_store_delete(m->st, obj->key, obj->key_len);
-    } else {
-        e = kinf_store_item_values(m->local, obj->key, obj->key_len, vals, m->nindexes);
-        if (e == KINF_OK) {
-            e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);
-            for (size_t i = 0; i < m->nindexes; i++)
-                kinf_values_free(vals[i]);
-        }
-    }
-    if (e != KINF_OK) {
-        mirror_failed(m, e, obj->key);
-        return NULL;
-    }
-    m->writes++;
-    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj);
-}
-
-void kl_mirror_flush(kl_mirror *m)
-{
-    double now = kinf_now();
-    kinf_shm_store_flush(m->st);
-#ifdef __GLIBC__
-    /* The local copies the segment replaced (a whole list of them after a sync) went back to
-     * malloc, which keeps them mapped: hand them back to the system. */
-    if (m->swapped_bytes >= 64u << 20) {
-        m->swapped_bytes = 0;
-        malloc_trim(0);
-    }
-#endif
-    if (now - m->last_reap >= 1.0) { /* a respawned worker needs its predecessor's slot */
-        m->last_reap = now;
-        kinf_shm_reap_readers(m->seg->shm);
-    }
-}
-
-static int in_local(void *ud, const char *key, size_t len)
-{
-    kinf_object *o = kinf_store_get(ud, key, len);
-    kinf_object_unref(o);
-    return o != NULL;
-}
-
-kinf_err kl_mirror_retain(kl_mirror *m)
-{
-    kinf_err e = kinf_shm_store_retain(m->st, in_local, m->local);
-    if (e != KINF_OK)
-        mirror_failed(m, e, "(retain)");
-    kinf_shm_store_flush(m->st);
-    return e;
-}
-
-void kl_mirror_status(lua_State *L, kl_mirror *m)
-{
-    kinf_shm_store_info info;
-    kinf_shm_store_info_get(m->st, &info);
-    lua_createtable(L, 0, 8);
-    set_int(L, "items", (lua_Integer)info.items);
-    set_int(L, "writes", (lua_Integer)m->writes);
-    set_int(L, "failures", (lua_Integer)m->failures);
-    set_int(L, "log_head", (lua_Integer)info.log_head);
-    lua_pushboolean(L, m->took_over);
-    lua_setfield(L, -2, "took_over");
-    set_int(L, "borrowed", (lua_Integer)m->borrowed);
-    if (m->last_error[0]) {
-        lua_pushstring(L, m->last_error);
-        lua_setfield(L, -2, "last_error");
-    }
-    push_stats(L, m->seg->shm);
-    lua_setfield(L, -2, "segment");
-    lua_setfield(L, -2, "shared");
-}
-
-void kl_mirror_close(kl_mirror *m)
-{
-    if (m == NULL)
-        return;
-    kinf_shm_store_flush(m->st);
-    kinf_shm_store_close(m->st);
-    kinf_shm_release_writer(m->seg->shm, (int)getpid());
-    kinf_store_unref(m->local);
-    rstate_unref(m->rs); /* the local store's borrowed records keep it until they go */
-    seg_unref(m->seg);
-    free(m);
 }

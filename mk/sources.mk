@@ -47,3 +47,4 @@ BIND_SRC += csrc/lua_fifo.c
 BIND_SRC += csrc/lua_client.c
 BIND_SRC += csrc/lua_informer.c
 BIND_SRC += csrc/lua_shared.c
+BIND_SRC += csrc/lua_mirror.c

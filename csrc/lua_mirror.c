@@ -1,0 +1,224 @@
+/*
+ * lua_mirror.c - the writer's side of the shared cache: an informer's processor mirrors every
+ * change of its store into a shared store (kl_mirror_*, lua_shared.h), and its own store keeps
+ * the segment's copy of each object instead of one of its own (borrowed records).
+ *
+ * Threads: the thread that owns the informer (its dispatch); borrowed records may be released
+ * on the client's I/O thread too (lua_shared_impl.h).
+ */
+#include <stdlib.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "lua_kinf.h"
+#include "lua_shared.h"
+#include "lua_shared_impl.h"
+
+struct kl_mirror {
+    segref *seg;
+    kinf_shm_store *st;
+    rstate *rs;           /* the writer as a reader: the local store's records borrow from it */
+    kinf_store *local;    /* one reference */
+    size_t nindexes;
+    int took_over;        /* attached to a previous writer's store */
+    unsigned long writes, failures, borrowed;
+    size_t swapped_bytes; /* of local records given back since the last trim */
+    char last_error[200];
+    double last_reap;
+};
+
+kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local, kinf_err *err,
+                          char *msg, size_t msglen)
+{
+    lseg *ls = kl_check_seg(L, seg_idx);
+    kinf_shm *shm = ls->seg->shm;
+    const char *names[KINF_SHM_STORE_INDEXES];
+    size_t n = kinf_store_index_count(local);
+    kl_mirror *m;
+    kinf_err claim;
+
+    msg[0] = '\0';
+    if (n > KINF_SHM_STORE_INDEXES) {
+        kinf_errmsg(msg, msglen, "a shared store takes at most %d indexes, this one has %d",
+                    KINF_SHM_STORE_INDEXES, (int)n);
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        names[i] = kinf_store_index_name(local, i);
+    claim = kinf_shm_claim_writer(shm, (int)getpid());
+    if (claim == KINF_EBUSY) {
+        kinf_errmsg(msg, msglen, "another live process writes this segment");
+        *err = KINF_EBUSY;
+        return NULL;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    m->st = kinf_shm_store_attach(shm, root, err);
+    if (m->st != NULL) {
+        int same = 1;
+        for (size_t i = 0; i < n; i++)
+            same &= kinf_shm_store_index_of(m->st, names[i]) == (int)i;
+        if (!same) {
+            kinf_errmsg(msg, msglen, "the shared store in slot %d has other indexes", root + 1);
+            *err = KINF_EINVAL;
+        } else {
+            *err = kinf_shm_store_become_writer(m->st);
+            m->took_over = 1;
+        }
+    } else {
+        m->st = kinf_shm_store_create(shm, root, names, n, 4096, err);
+        if (m->st == NULL)
+            kinf_errmsg(msg, msglen, "the segment has no room for the store");
+    }
+    if (m->st == NULL || *err != KINF_OK) {
+        kinf_shm_store_close(m->st);
+        free(m);
+        return NULL;
+    }
+    m->seg = ls->seg;
+    atomic_fetch_add(&m->seg->refs, 1);
+    m->local = kinf_store_ref(local);
+    m->nindexes = n;
+    /* The local store keeps its objects in the segment too (borrowed records): without a reader
+     * slot, or a second handle, it keeps its own copies. */
+    m->rs = kl_rstate_new(m->seg, root);
+    if (m->rs != NULL) {
+        kinf_err e2;
+        m->rs->st = kinf_shm_store_attach(shm, root, &e2);
+        if (m->rs->slot < 0 || m->rs->st == NULL) {
+            kl_rstate_unref(m->rs);
+            m->rs = NULL;
+        }
+    }
+    return m;
+}
+
+static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
+{
+    m->failures++;
+    kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
+                e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
+}
+
+/* After obj was written to the segment: the local store's record becomes one borrowed from the
+ * segment (the same object, no second copy). Returns the record it replaced, or NULL. */
+static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
+{
+    kinf_shm *shm = m->seg->shm;
+    kinf_object *b = NULL, *old = NULL;
+    kinf_shm_view v;
+    kinf_err e;
+
+    if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED))
+        return NULL;
+    kinf_shm_read_begin(shm, m->rs->slot);
+    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v))
+        b = kl_borrow(m->rs, &v, &e);
+    kinf_shm_read_end(shm, m->rs->slot);
+    if (b == NULL)
+        return NULL;
+    if (kinf_store_swap_record(m->local, b, &old) == KINF_OK) {
+        m->borrowed++;
+        m->swapped_bytes += kinf_object_size(old);
+    }
+    kinf_object_unref(b); /* the store holds its own reference */
+    return old;
+}
+
+kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
+{
+    kinf_values *vals[KINF_SHM_STORE_INDEXES];
+    const kinf_object *obj = note->obj;
+    kinf_err e;
+
+    if (note->kind == KINF_EVENT_DELETE) {
+        e = kinf_shm_store_delete(m->st, obj->key, obj->key_len);
+    } else {
+        e = kinf_store_item_values(m->local, obj->key, obj->key_len, vals, m->nindexes);
+        if (e == KINF_OK) {
+            e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);
+            for (size_t i = 0; i < m->nindexes; i++)
+                kinf_values_free(vals[i]);
+        }
+    }
+    if (e != KINF_OK) {
+        mirror_failed(m, e, obj->key);
+        return NULL;
+    }
+    m->writes++;
+    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj);
+}
+
+void kl_mirror_flush(kl_mirror *m)
+{
+    double now = kinf_now();
+    kinf_shm_store_flush(m->st);
+#ifdef __GLIBC__
+    /* The local copies the segment replaced (a whole list of them after a sync) went back to
+     * malloc, which keeps them mapped: hand them back to the system. */
+    if (m->swapped_bytes >= 64u << 20) {
+        m->swapped_bytes = 0;
+        malloc_trim(0);
+    }
+#endif
+    if (now - m->last_reap >= 1.0) { /* a respawned worker needs its predecessor's slot */
+        m->last_reap = now;
+        kinf_shm_reap_readers(m->seg->shm);
+    }
+}
+
+static int in_local(void *ud, const char *key, size_t len)
+{
+    kinf_object *o = kinf_store_get(ud, key, len);
+    kinf_object_unref(o);
+    return o != NULL;
+}
+
+kinf_err kl_mirror_retain(kl_mirror *m)
+{
+    kinf_err e = kinf_shm_store_retain(m->st, in_local, m->local);
+    if (e != KINF_OK)
+        mirror_failed(m, e, "(retain)");
+    kinf_shm_store_flush(m->st);
+    return e;
+}
+
+void kl_mirror_status(lua_State *L, kl_mirror *m)
+{
+    kinf_shm_store_info info;
+    kinf_shm_store_info_get(m->st, &info);
+    lua_createtable(L, 0, 8);
+    kl_set_int(L, "items", (lua_Integer)info.items);
+    kl_set_int(L, "writes", (lua_Integer)m->writes);
+    kl_set_int(L, "failures", (lua_Integer)m->failures);
+    kl_set_int(L, "log_head", (lua_Integer)info.log_head);
+    lua_pushboolean(L, m->took_over);
+    lua_setfield(L, -2, "took_over");
+    kl_set_int(L, "borrowed", (lua_Integer)m->borrowed);
+    if (m->last_error[0]) {
+        lua_pushstring(L, m->last_error);
+        lua_setfield(L, -2, "last_error");
+    }
+    kl_push_shm_stats(L, m->seg->shm);
+    lua_setfield(L, -2, "segment");
+    lua_setfield(L, -2, "shared");
+}
+
+void kl_mirror_close(kl_mirror *m)
+{
+    if (m == NULL)
+        return;
+    kinf_shm_store_flush(m->st);
+    kinf_shm_store_close(m->st);
+    kinf_shm_release_writer(m->seg->shm, (int)getpid());
+    kinf_store_unref(m->local);
+    kl_rstate_unref(m->rs); /* the local store's borrowed records keep it until they go */
+    kl_seg_unref(m->seg);
+    free(m);
+}
