@@ -174,8 +174,10 @@ static int dispatch_protected(lua_State *L)
         }
     }
     kinf_notifications_clear(&lp->notes);
-    if (lp->mirror != NULL && n > 0)
+    if (lp->mirror != NULL && n > 0) {
         kl_mirror_flush(lp->mirror);
+        kl_mirror_report(L, lp->mirror);
+    }
     lua_pushinteger(L, n);
     return 1;
 }

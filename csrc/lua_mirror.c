@@ -6,6 +6,7 @@
  * Threads: the thread that owns the informer (its dispatch); borrowed records may be released
  * on the client's I/O thread too (lua_shared_impl.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #ifdef __GLIBC__
@@ -24,6 +25,9 @@ struct kl_mirror {
     size_t nindexes;
     int took_over;        /* attached to a previous writer's store */
     unsigned long writes, failures, borrowed;
+    unsigned long failures_logged; /* failures up to the last error logged */
+    int failing, recovered;        /* logged failures and no success since / one since */
+    double last_log;
     size_t swapped_bytes; /* of local records given back since the last trim */
     char last_error[200];
     double last_reap;
@@ -102,6 +106,7 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
 static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
 {
     m->failures++;
+    m->recovered = 0;
     kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
                 e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
 }
@@ -152,6 +157,8 @@ kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
         return NULL;
     }
     m->writes++;
+    if (m->failing)
+        m->recovered = 1;
     return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj);
 }
 
@@ -170,6 +177,24 @@ void kl_mirror_flush(kl_mirror *m)
     if (now - m->last_reap >= 1.0) { /* a respawned worker needs its predecessor's slot */
         m->last_reap = now;
         kinf_shm_reap_readers(m->seg->shm);
+    }
+}
+
+void kl_mirror_report(lua_State *L, kl_mirror *m)
+{
+    double now = kinf_now();
+    if (m->failures > m->failures_logged && (!m->failing || now - m->last_log >= 60)) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "%s (%lu writes failed so far; the shared cache keeps its "
+                 "last content)", m->last_error, m->failures);
+        kl_log(L, "error", msg);
+        m->failures_logged = m->failures;
+        m->last_log = now;
+        m->failing = 1;
+        m->recovered = 0;
+    } else if (m->failing && m->recovered) {
+        kl_log(L, "info", "shared store: writes succeed again");
+        m->failing = m->recovered = 0;
     }
 }
 

@@ -36,6 +36,9 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
 kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note);
 /* After a batch: frees what readers can no longer reach. */
 void kl_mirror_flush(kl_mirror *m);
+/* Logs failed writes (a full segment): the first at once, then at most one line a minute, and
+ * one line when writes succeed again. */
+void kl_mirror_report(lua_State *L, kl_mirror *m);
 kinf_err kl_mirror_retain(kl_mirror *m);
 /* Sets the mirror's fields in the status table on top of the stack. */
 void kl_mirror_status(lua_State *L, kl_mirror *m);

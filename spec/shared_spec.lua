@@ -162,6 +162,9 @@ describe("shared store", function()
   end)
 
   it("a full segment: the write fails, is counted and logged in status, the content stays", function()
+    local lines = {}
+    kinformer.set_logger(function(level, msg) lines[#lines + 1] = level .. ": " .. msg end, "info")
+    finally(function() kinformer.set_logger(nil) end)
     local seg = core.shm(256 * 1024)
     local w = writer(seg)
     local reader = seg:store(1)
@@ -179,6 +182,16 @@ describe("shared store", function()
     assert.equal(st.items, n)
     assert.equal(n, #reader:index_keys("by_node", "n1"))
     assert.is_true(seg:stats().alloc_failures > 0)
+    -- Logged once (not once per failed write), then recovery once writes succeed again.
+    local errors = 0
+    for _, l in ipairs(lines) do
+      if l:find("the segment is full", 1, true) then errors = errors + 1 end
+    end
+    assert.equal(1, errors)
+    w.delete(pod("p1", "n1"))
+    local recovered = false
+    for _, l in ipairs(lines) do recovered = recovered or l == "info: shared store: writes succeed again" end
+    assert.is_true(recovered, table.concat(lines, "\n"))
   end)
 
   it("wrong arguments raise at the caller's line", function()
