@@ -145,6 +145,13 @@ kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
     if (note->kind == KINF_EVENT_DELETE) {
         e = kinf_shm_store_delete(m->st, obj->key, obj->key_len);
     } else {
+        /* One popped key may carry several changes (added then deleted, updated twice): only
+         * the one whose object the store still holds is written, with its index values; the
+         * segment goes straight to the key's last state. */
+        kinf_object *cur = kinf_store_get(m->local, obj->key, obj->key_len);
+        kinf_object_unref(cur);
+        if (cur != obj)
+            return NULL;
         e = kinf_store_item_values(m->local, obj->key, obj->key_len, vals, m->nindexes);
         if (e == KINF_OK) {
             e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);

@@ -2,7 +2,8 @@
 -- mirrors them into shared memory, every worker reads the store and runs the handlers. Under
 -- the fake server's churn, every worker's store and the table its handlers keep must end equal
 -- to the server's pods: plainly, after the writer was killed with SIGKILL mid-churn (nginx
--- respawns it, it takes the store over and relists), and after a reload mid-churn.
+-- respawns it, it takes the store over and relists), after a reload and after a binary
+-- upgrade, both mid-churn.
 local fake = require "support.fake_apiserver"
 local openresty = require "support.openresty"
 local cjson = require "cjson"
@@ -165,6 +166,30 @@ describe("kinformer.ngx shared model, " .. WORKERS .. " workers", function()
     sleep(1)
     srv:churn(0)
     converge(15, "after the reload")
+  end)
+
+  it("serves through a binary upgrade (USR2, then QUIT of the old master) mid-churn", function()
+    local old, new = inst.pid, nil
+    srv:churn(300)
+    assert(os.execute("kill -USR2 " .. old))
+    local deadline = now() + 10
+    repeat
+      sleep(0.05)
+      local f = io.open(inst.prefix .. "/logs/nginx.pid")
+      if f then
+        new = tonumber(f:read("a"))
+        f:close()
+      end
+    until (new and new ~= old) or now() > deadline
+    assert.is_true(new ~= nil and new ~= old, "no new master after USR2")
+    sleep(1) -- both generations serve: the new one from its own segment
+    dumps()
+    assert(os.execute("kill -QUIT " .. old))
+    deadline = now() + 10
+    while os.execute("kill -0 " .. old .. " 2>/dev/null") and now() < deadline do sleep(0.05) end
+    inst.pid = new
+    srv:churn(0)
+    converge(15, "after the binary upgrade")
   end)
 
   it("logged no error and no crash but the one SIGKILL", function()

@@ -25,7 +25,7 @@ local function writer(seg)
   return {
     put = function(...) for _, o in ipairs{ ... } do fifo:update(o) end; proc:dispatch(1000) end,
     delete = function(o) fifo:delete(o); proc:dispatch(1000) end,
-    proc = proc, store = store,
+    proc = proc, store = store, fifo = fifo,
   }
 end
 
@@ -91,13 +91,23 @@ describe("shared store", function()
     assert.same({ "ns/a", "ns/c" }, reader:index_keys("by_node", "n2"))
     assert.equal(2, reader:get("ns/a").metadata.resourceVersion + 0)
     assert.is_false(rawequal(on_n1, reader:by_index("by_node", "n1")))
+    -- Several changes of one key popped together: the segment gets the last one.
+    w.put(pod("x", "n1", 7), pod("x", "n3", 8))
+    assert.same({ "ns/x" }, reader:index_keys("by_node", "n3"))
+    w.fifo:update(pod("y", "n1", 9)) -- added and deleted before the writer dispatched
+    w.fifo:delete(pod("y", "n1"))
+    w.fifo:delete(pod("x", "n3"))
+    w.proc:dispatch(100)
+    assert.is_nil(reader:get("ns/x"))
+    assert.is_nil(reader:get("ns/y"))
     local st = w.proc:status().shared
+    assert.equal(0, st.failures)
     assert.equal(2, st.items)
-    assert.equal(6, st.writes)
+    assert.equal(9, st.writes)
     assert.equal(0, st.failures)
     -- The writer's own store keeps no second copy: its records are borrowed from the segment
-    -- (5 adds and updates), and it reads as before.
-    assert.equal(5, st.borrowed)
+    -- (6 adds and updates), and it reads as before.
+    assert.equal(6, st.borrowed)
     assert.equal("n2", w.store:get("ns/a").spec.nodeName)
     assert.same({ "ns/a", "ns/c" }, w.store:index_keys("by_node", "n2"))
   end)

@@ -134,7 +134,9 @@ function _M.start(opts)
   for k, v in pairs(opts.env or {}) do envs[#envs + 1] = k .. "=" .. quote(v) end
   local self = setmetatable({ prefix = dir, name = opts.name or "nginx", env = envs }, Instance)
   running[dir] = self
-  local started, out = sh(table.concat(envs, " ") .. " nginx -p " .. quote(dir) ..
+  -- By its full path: a binary upgrade (USR2) executes argv[0] again, without a PATH search.
+  local _, nginx = sh("command -v nginx")
+  local started, out = sh(table.concat(envs, " ") .. " " .. quote(nginx:gsub("%s+$", "")) .. " -p " .. quote(dir) ..
     " -c nginx.conf -e logs/error.log")
   local pid
   local deadline = socket.gettime() + 5
