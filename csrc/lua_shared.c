@@ -272,6 +272,23 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
     return KINF_OK;
 }
 
+/* Starts the table caches of the uservalue table at uv over (the tables cached so far are
+ * collected, releasing their holds, once nothing else refers to them). */
+static void reset_caches(lua_State *L, int uv)
+{
+    uv = kl_absindex(L, uv);
+    for (int t = UV_TABLES; t <= UV_FAST; t++) {
+        lua_newtable(L);
+        lua_rawseti(L, uv, t);
+    }
+    lua_createtable(L, 2, 0); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
+    lua_newtable(L);
+    lua_rawseti(L, -2, 1);
+    lua_newtable(L);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, uv, UV_RESULTS);
+}
+
 /* Forgets key's cached table (its record was replaced or deleted). */
 static void forget(lua_State *L, int uv, const char *key, size_t len)
 {
@@ -555,12 +572,7 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
     seen_clear(rs);
     rs->resyncs++;
     /* Tables cached from before describe what the handlers were told then: start over. */
-    lua_newtable(L);
-    lua_rawseti(L, uv, UV_TABLES);
-    lua_newtable(L);
-    lua_rawseti(L, uv, UV_OFFS);
-    lua_newtable(L);
-    lua_rawseti(L, uv, UV_FAST);
+    reset_caches(L, uv);
     lua_newtable(L);
     arr = lua_gettop(L);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
@@ -728,14 +740,9 @@ static int sh_close(lua_State *L)
     lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
     if (s->rs == NULL)
         return 0;
-    /* The cached tables go with the uservalue; each releases its hold when collected. */
+    /* The cached tables go; each releases its hold when collected. */
     kl_getuservalue(L, 1);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_TABLES);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_OFFS);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_FAST);
+    reset_caches(L, -1);
     kl_rstate_unref(s->rs);
     s->rs = NULL;
     return 0;
@@ -754,20 +761,9 @@ static int seg_store(lua_State *L)
     s->rs = NULL;
     luaL_setmetatable(L, KL_SHARED_MT);
     lua_createtable(L, 5, 0);
-    lua_createtable(L, 2, 0); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
-    lua_newtable(L);
-    lua_rawseti(L, -2, 1);
-    lua_newtable(L);
-    lua_rawseti(L, -2, 2);
-    lua_rawseti(L, -2, UV_RESULTS);
     lua_pushvalue(L, 1);
     lua_rawseti(L, -2, UV_SEG);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_TABLES);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_OFFS);
-    lua_newtable(L);
-    lua_rawseti(L, -2, UV_FAST);
+    reset_caches(L, -1);
     kl_setuservalue(L, -2);
     rs = kl_rstate_new(ls->seg, root);
     if (rs == NULL)
