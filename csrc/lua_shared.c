@@ -29,10 +29,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "labelselector.h"
 #include "lua_kinf.h"
 #include "lua_results.h"
 #include "lua_shared.h"
 #include "lua_shared_impl.h"
+#include "lua_store.h"
 #include "map.h"
 #include "shm_store.h"
 
@@ -479,25 +481,119 @@ static int sh_index_keys(lua_State *L)
     return by_index_common(L, "index_keys", 1);
 }
 
+static int shared_has_index(void *ud, const char *name)
+{
+    return kinf_shm_store_index_of(ud, name) >= 0;
+}
+
+/* Whether the record at v passes list's options: namespace, index values (ixs: the matches'
+ * index numbers) and selector. */
+static int passes(kinf_shm_store *st, const kinf_shm_view *v, const kinf_store_query *q,
+                  const int *ixs, const kinf_labelselector *sel)
+{
+    if (q->namespace_.len != 0 && (v->namespace_.len != q->namespace_.len ||
+                                   memcmp(v->namespace_.ptr, q->namespace_.ptr, v->namespace_.len)))
+        return 0;
+    for (size_t i = 0; i < q->nmatches; i++) {
+        kinf_str vals[64];
+        size_t n = kinf_shm_store_values(st, v->off, ixs[i], vals, 64);
+        int has = 0;
+        for (size_t j = 0; j < n && j < 64 && !has; j++)
+            has = vals[j].len == q->matches[i].value.len &&
+                  memcmp(vals[j].ptr, q->matches[i].value.ptr, vals[j].len) == 0;
+        if (!has)
+            return 0;
+    }
+    if (sel != NULL) {
+        kinf_object probe; /* the matcher reads metadata.labels from the record's JSON */
+        memset(&probe, 0, sizeof(probe));
+        probe.json = v->json;
+        probe.json_len = v->json_len;
+        return kinf_labelselector_matches(sel, &probe);
+    }
+    return 1;
+}
+
+/* list / list_keys, with list's options as for a local store (docs/api.md): candidates from the
+ * narrowest bucket named (an index value, else the namespace through the "namespace" index),
+ * else every record; each checked against the rest. */
 static int list_common(lua_State *L, int keys_only)
 {
-    kinf_shm_map_iter it;
-    kinf_shm_off off;
+    const char *fname = keys_only ? "list_keys" : "list";
+    lshared *s_ = check_shared(L);
+    rstate *rs = s_->rs;
+    kinf_shm_store *st = attached(L, rs);
+    kinf_store_query q;
+    const char *selector = NULL;
+    size_t selector_len = 0, ncand = SIZE_MAX;
+    kinf_labelselector *sel = NULL;
+    const kinf_shm_off *cand = NULL;
+    int ixs[KINF_SHM_STORE_INDEXES], uv, all = 1, n = 0;
     kinf_err err = KINF_OK;
-    int n = 0;
-    READER_PROLOGUE(keys_only ? "list_keys" : "list");
+    kl_guard *g;
+
+    memset(&q, 0, sizeof(q));
+    if (st == NULL)
+        return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet");
+    if (rs->slot < 0)
+        return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot");
+    if (kl_check_list_args(L, fname))
+        kl_read_list_options(L, fname, shared_has_index, st, &q, &selector, &selector_len);
+    if (q.nmatches > KINF_SHM_STORE_INDEXES)
+        return kl_argerror(L, 1, fname, "option 'index': too many indexes");
+    g = kl_push_guard(L);
+    if (selector != NULL && (err = kl_parse_selector(L, fname, selector, selector_len, g, &sel)))
+        return kl_fail(L, err, NULL);
+    kl_getuservalue(L, 1);
+    uv = lua_gettop(L);
     luaL_checkstack(L, 12, "kinformer: shared store");
+    for (size_t i = 0; i < q.nmatches; i++)
+        ixs[i] = kinf_shm_store_index_of(st, q.matches[i].index);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
-    lua_createtable(L, (int)kinf_shm_store_len(st), 0);
-    kinf_shm_store_iter(st, -1, &it);
-    while (err == KINF_OK && (off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
-        kinf_shm_view v;
-        kinf_shm_store_view(st, off, &v);
-        if (keys_only)
-            lua_pushlstring(L, v.key, v.key_len);
-        else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
-            break;
-        lua_rawseti(L, -2, ++n);
+    /* The narrowest bucket named is where the candidates come from. */
+    for (size_t i = 0; i <= q.nmatches; i++) {
+        const kinf_shm_off *recs;
+        size_t nrecs;
+        uint64_t version;
+        int ix = i < q.nmatches ? ixs[i] : kinf_shm_store_index_of(st, KINF_NAMESPACE_INDEX);
+        const kinf_str *value = i < q.nmatches ? &q.matches[i].value : &q.namespace_;
+        if (ix < 0 || value->len == 0)
+            continue;
+        kinf_shm_store_by_index(st, ix, value->ptr, value->len, &recs, &nrecs, &version);
+        if (nrecs < ncand) {
+            cand = recs;
+            ncand = nrecs;
+            all = 0;
+        }
+    }
+    lua_createtable(L, all ? (int)kinf_shm_store_len(st) : (int)ncand, 0);
+    if (all) {
+        kinf_shm_map_iter it;
+        kinf_shm_off off;
+        kinf_shm_store_iter(st, -1, &it);
+        while (err == KINF_OK && (off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
+            kinf_shm_view v;
+            kinf_shm_store_view(st, off, &v);
+            if (!passes(st, &v, &q, ixs, sel))
+                continue;
+            if (keys_only)
+                lua_pushlstring(L, v.key, v.key_len);
+            else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+                break;
+            lua_rawseti(L, -2, ++n);
+        }
+    } else {
+        for (size_t i = 0; i < ncand && err == KINF_OK; i++) {
+            kinf_shm_view v;
+            kinf_shm_store_view(st, cand[i], &v);
+            if (!passes(st, &v, &q, ixs, sel))
+                continue;
+            if (keys_only)
+                lua_pushlstring(L, v.key, v.key_len);
+            else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+                break;
+            lua_rawseti(L, -2, ++n);
+        }
     }
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     return err == KINF_OK ? 1 : kl_fail(L, err, NULL);

@@ -33,6 +33,22 @@ int kl_store_push_objects(lua_State *L, int idx, struct kl_guard *g, int keys_on
  * have): the store's cached array while its content is unchanged (lua_results.c). Returns 1. */
 int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only);
 
+/* list / list_keys options, for every store that reads like this one (lua_store_query.c; the
+ * shared store, lua_shared.c). kl_check_list_args checks the arguments after the store (one
+ * options table or nil at 2) and returns whether options were given; kl_read_list_options
+ * reads namespace, label_selector and index into q (has_index(ud, name) tells which indexes
+ * exist), raising on misuse, and leaves what keeps q's strings alive on the stack;
+ * kl_parse_selector parses a selector into *out (NULL when it matches everything), owned by the
+ * guard g, raising on a bad one. */
+struct kinf_store_query;
+struct kinf_labelselector;
+int kl_check_list_args(lua_State *L, const char *fname);
+void kl_read_list_options(lua_State *L, const char *fname,
+                          int (*has_index)(void *ud, const char *name), void *ud,
+                          struct kinf_store_query *q, const char **selector, size_t *selector_len);
+kinf_err kl_parse_selector(lua_State *L, const char *fname, const char *selector, size_t len,
+                           struct kl_guard *g, struct kinf_labelselector **out);
+
 /* store:list(opts) and store:list_keys(opts) (lua_store_query.c). */
 int kl_store_list(lua_State *L);
 int kl_store_list_keys(lua_State *L);

@@ -36,10 +36,9 @@ static int selector_error(lua_State *L, const char *fname, const char *sel, size
                        lua_tostring(L, -1), cut ? "..." : "", (int)pos + 1, msg);
 }
 
-/* Checks the options table at 2 and fills q (strings stay alive in it); pushes the index
- * match array (a userdata) when there is one. Raises on misuse. */
-static void read_options(lua_State *L, kinf_store *s, const char *fname, kinf_store_query *q,
-                         const char **selector, size_t *selector_len)
+void kl_read_list_options(lua_State *L, const char *fname,
+                          int (*has_index)(void *ud, const char *name), void *ud,
+                          kinf_store_query *q, const char **selector, size_t *selector_len)
 {
     size_t nmatches = 0, k = 0;
     kinf_index_match *m;
@@ -77,7 +76,7 @@ static void read_options(lua_State *L, kinf_store *s, const char *fname, kinf_st
         if (lua_type(L, -1) != LUA_TSTRING)
             kl_argerror(L, 1, fname, "option 'index': the value for '%s' must be a string, got %s",
                         lua_tostring(L, -2), luaL_typename(L, -1));
-        if (!kinf_store_has_index(s, lua_tostring(L, -2)))
+        if (!has_index(ud, lua_tostring(L, -2)))
             kl_argerror(L, 1, fname, "index '%s' does not exist", lua_tostring(L, -2));
         nmatches++;
     }
@@ -94,28 +93,54 @@ static void read_options(lua_State *L, kinf_store *s, const char *fname, kinf_st
     q->nmatches = k;
 }
 
-static int list_common(lua_State *L, const char *fname, int keys_only)
+static int store_has_index(void *ud, const char *name)
 {
-    kinf_store *s = kl_check_store(L, 1);
-    kinf_store_query q;
-    const char *selector = NULL;
-    size_t selector_len = 0, errpos;
-    char msg[1024];
-    kl_guard *g;
-    kinf_err err;
+    return kinf_store_has_index(ud, name);
+}
 
+int kl_check_list_args(lua_State *L, const char *fname)
+{
     for (int i = lua_gettop(L); i > 2; i--) {
         if (!lua_isnil(L, i))
             kl_argerror(L, i - 1, fname, "no more arguments expected, got %s",
                         luaL_typename(L, i));
     }
     lua_settop(L, 2);
+    if (!lua_isnil(L, 2) && !lua_istable(L, 2))
+        kl_argerror(L, 1, fname, "options table expected, got %s", luaL_typename(L, 2));
+    return !lua_isnil(L, 2);
+}
+
+kinf_err kl_parse_selector(lua_State *L, const char *fname, const char *selector, size_t len,
+                           kl_guard *g, kinf_labelselector **out)
+{
+    kinf_labelselector *sel = NULL;
+    size_t errpos;
+    char msg[1024];
+    kinf_err err = kinf_labelselector_parse(selector, len, &sel, &errpos, msg, sizeof(msg));
+    *out = NULL;
+    if (err == KINF_EINVAL)
+        selector_error(L, fname, selector, len, errpos, msg);
+    if (err != KINF_OK)
+        return err;
+    g->mem = sel;
+    if (kinf_labelselector_len(sel) > 0)
+        *out = sel;
+    return KINF_OK;
+}
+
+static int list_common(lua_State *L, const char *fname, int keys_only)
+{
+    kinf_store *s = kl_check_store(L, 1);
+    kinf_store_query q;
+    const char *selector = NULL;
+    size_t selector_len = 0;
+    kl_guard *g;
+    kinf_err err;
+
     memset(&q, 0, sizeof(q));
-    if (!lua_isnil(L, 2)) {
-        if (!lua_istable(L, 2))
-            kl_argerror(L, 1, fname, "options table expected, got %s", luaL_typename(L, 2));
-        read_options(L, s, fname, &q, &selector, &selector_len);
-    }
+    if (kl_check_list_args(L, fname))
+        kl_read_list_options(L, fname, store_has_index, s, &q, &selector, &selector_len);
     /* Everything, or one namespace: the arrays the store keeps until they change. */
     if (selector == NULL && q.nmatches == 0) {
         if (q.namespace_.len == 0)
@@ -127,14 +152,11 @@ static int list_common(lua_State *L, const char *fname, int keys_only)
     }
     g = kl_push_guard(L); /* owns the parsed selector and the results from here on */
     if (selector != NULL) {
-        kinf_labelselector *sel = NULL;
-        err = kinf_labelselector_parse(selector, selector_len, &sel, &errpos, msg, sizeof(msg));
-        if (err == KINF_EINVAL)
-            return selector_error(L, fname, selector, selector_len, errpos, msg);
+        kinf_labelselector *sel;
+        err = kl_parse_selector(L, fname, selector, selector_len, g, &sel);
         if (err != KINF_OK)
             return kl_fail(L, err, NULL);
-        g->mem = sel;
-        if (kinf_labelselector_len(sel) > 0) {
+        if (sel != NULL) {
             q.filter = match_labels;
             q.ud = sel;
         }

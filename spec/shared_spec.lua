@@ -91,6 +91,22 @@ describe("shared store", function()
     assert.same({ "ns/a", "ns/c" }, reader:index_keys("by_node", "n2"))
     assert.equal(2, reader:get("ns/a").metadata.resourceVersion + 0)
     assert.is_false(rawequal(on_n1, reader:by_index("by_node", "n1")))
+    -- list's options, as on a local store.
+    local function sorted(t) table.sort(t) return t end
+    assert.same({ "ns/a", "ns/c" }, sorted(reader:list_keys{ index = { by_node = "n2" } }))
+    assert.same({}, reader:list_keys{ label_selector = "app=db" })
+    assert.same({ "ns/a", "ns/c" },
+      sorted(reader:list_keys{ namespace = "ns", label_selector = "app in (web), !canary" }))
+    assert.same({}, reader:list_keys{ namespace = "other" })
+    assert.same({ "ns/a", "ns/c" }, sorted(reader:list_keys{ namespace = "ns",
+      index = { by_node = "n2", namespace = "ns" }, label_selector = "app=web" }))
+    assert.same({}, reader:list_keys{ index = { by_node = "n2", namespace = "other" } })
+    assert.equal(2, #reader:list{ label_selector = "app" })
+    assert.is_true(rawequal(reader:get("ns/a"), reader:list{ index = { by_node = "n2" } }[1]) or
+                   rawequal(reader:get("ns/a"), reader:list{ index = { by_node = "n2" } }[2]))
+    assert.has_error(function() reader:list{ bogus = 1 } end)
+    assert.has_error(function() reader:list{ label_selector = "app in (" } end)
+    assert.has_error(function() reader:list{ index = { nope = "x" } } end)
     -- Several changes of one key popped together: the segment gets the last one.
     w.put(pod("x", "n1", 7), pod("x", "n3", 8))
     assert.same({ "ns/x" }, reader:index_keys("by_node", "n3"))
