@@ -21,8 +21,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x6b696e6673686d31ULL /* "kinfshm1" */
-#define SMALL_CLASSES 15 /* blocks of 16, 24, ..., 128 bytes */
-#define NCLASSES (SMALL_CLASSES + 16 * 34) /* up to 2^41 bytes */
+#define NCLASSES 160
 #define BLOCK_HEADER 8
 #define BLOCK_MAGIC 0x6b62u
 
@@ -67,33 +66,27 @@ static shm_header *hdr(const kinf_shm *shm)
 
 /* ---- size classes ---- */
 
-/* Blocks up to 128 bytes: every multiple of 8 from 16. Above: 16 classes per doubling (sizes
- * 2^p + k * 2^(p-4), k = 1..16), so a block wastes at most 1/16 of its size: at most 6%, about 3%
- * on average, of the records' JSON. Every size is a multiple of 8 (blocks stay aligned). */
-
+/* The class of a block of n bytes (header included). */
 static unsigned class_of(uint64_t n)
 {
     unsigned p;
     uint64_t step, k;
     if (n <= 16)
         return 0;
-    if (n <= 128)
-        return (unsigned)((n - 16 + 7) / 8);
-    p = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^p < n <= 2^(p+1), p >= 7 */
-    step = 1ull << (p - 4);
-    k = (n - (1ull << p) + step - 1) / step; /* 1..16 */
-    return SMALL_CLASSES + 16 * (p - 7) + (unsigned)k - 1;
+    p = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^p < n <= 2^(p+1), p >= 4 */
+    step = 1ull << (p - 2);
+    k = (n - (1ull << p) + step - 1) / step; /* 1..4 */
+    return 4 * (p - 4) + (unsigned)k;
 }
 
 static uint64_t class_size(unsigned c)
 {
     unsigned p, k;
-    if (c < SMALL_CLASSES)
-        return 16 + 8ull * c;
-    c -= SMALL_CLASSES;
-    p = 7 + c / 16;
-    k = c % 16 + 1;
-    return (1ull << p) + (uint64_t)k * (1ull << (p - 4));
+    if (c == 0)
+        return 16;
+    p = (c - 1) / 4 + 4;
+    k = (c - 1) % 4 + 1;
+    return (1ull << p) + (uint64_t)k * (1ull << (p - 2));
 }
 
 /* ---- segment ---- */

@@ -35,8 +35,8 @@
  * published, and what it had retired and not yet freed, is lost to the segment (counted in
  * kinf_shm_stats as leaked by the successor: bounded by one write plus one grace period).
  *
- * Allocation: size classes (every multiple of 8 up to 128 bytes, then 16 per doubling: a block
- * wastes at most 1/16 of its size) with a free list each, carved from the segment's unused end. Blocks are
+ * Allocation: size classes of four steps per doubling (16, 20, 24, 28, 32, 40, ... bytes, up to
+ * the segment's size) with a free list each, carved from the segment's unused end. Blocks are
  * not merged: memory freed in one class serves that class only. A segment that cannot serve a
  * request returns 0 from kinf_shm_alloc (and counts it), never crashes: the caller reports it
  * and keeps its last consistent content.
