@@ -313,21 +313,20 @@ static lshared *check_shared(lua_State *L)
     return s;
 }
 
-/* The store of the reader at 1, attaching it when the writer has created it since; raises
- * "not created yet" through nil returns in the callers. */
-static kinf_shm_store *attached(lua_State *L, rstate *rs)
+/* The reader's store, attached once the writer has created it; NULL before (the callers
+ * return nil, "not created yet", "ENOTFOUND"). */
+static kinf_shm_store *attached(rstate *rs)
 {
     kinf_err err;
-    (void)L;
     if (rs->st == NULL)
         rs->st = kinf_shm_store_attach(rs->seg->shm, rs->root, &err);
     return rs->st;
 }
 
-#define READER_PROLOGUE(fname)                                                       \
+#define READER_PROLOGUE()                                                            \
     lshared *s_ = check_shared(L);                                                   \
     rstate *rs = s_->rs;                                                             \
-    kinf_shm_store *st = attached(L, rs);                                            \
+    kinf_shm_store *st = attached(rs);                                               \
     int uv;                                                                          \
     if (st == NULL)                                                                  \
         return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"); \
@@ -363,7 +362,7 @@ static int sh_get_by_key(lua_State *L)
         }
     }
     {
-    READER_PROLOGUE("get_by_key");
+    READER_PROLOGUE();
     key = luaL_checklstring(L, 2, &len);
     luaL_checkstack(L, 12, "kinformer: shared store");
     lua_settop(L, uv);
@@ -427,7 +426,7 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     uint64_t writes, version;
     kinf_err err;
     int ix, sub;
-    READER_PROLOGUE(fname);
+    READER_PROLOGUE();
     index = luaL_checkstring(L, 2);
     value = luaL_checklstring(L, 3, &len);
     ix = kinf_shm_store_index_of(st, index);
@@ -522,13 +521,14 @@ static int list_common(lua_State *L, int keys_only)
     const char *fname = keys_only ? "list_keys" : "list";
     lshared *s_ = check_shared(L);
     rstate *rs = s_->rs;
-    kinf_shm_store *st = attached(L, rs);
+    kinf_shm_store *st = attached(rs);
     kinf_store_query q;
     const char *selector = NULL;
     size_t selector_len = 0, ncand = SIZE_MAX;
     kinf_labelselector *sel = NULL;
     const kinf_shm_off *cand = NULL;
     int ixs[KINF_SHM_STORE_INDEXES], uv, all = 1, n = 0;
+    kinf_shm_map_iter it;
     kinf_err err = KINF_OK;
     kl_guard *g;
 
@@ -567,33 +567,21 @@ static int list_common(lua_State *L, int keys_only)
         }
     }
     lua_createtable(L, all ? (int)kinf_shm_store_len(st) : (int)ncand, 0);
-    if (all) {
-        kinf_shm_map_iter it;
-        kinf_shm_off off;
+    if (all)
         kinf_shm_store_iter(st, -1, &it);
-        while (err == KINF_OK && (off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
-            kinf_shm_view v;
-            kinf_shm_store_view(st, off, &v);
-            if (!passes(st, &v, &q, ixs, sel))
-                continue;
-            if (keys_only)
-                lua_pushlstring(L, v.key, v.key_len);
-            else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
-                break;
-            lua_rawseti(L, -2, ++n);
-        }
-    } else {
-        for (size_t i = 0; i < ncand && err == KINF_OK; i++) {
-            kinf_shm_view v;
-            kinf_shm_store_view(st, cand[i], &v);
-            if (!passes(st, &v, &q, ixs, sel))
-                continue;
-            if (keys_only)
-                lua_pushlstring(L, v.key, v.key_len);
-            else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
-                break;
-            lua_rawseti(L, -2, ++n);
-        }
+    for (size_t i = 0; err == KINF_OK;) {
+        kinf_shm_off off = all ? kinf_shm_map_next(rs->seg->shm, &it) : i < ncand ? cand[i++] : 0;
+        kinf_shm_view v;
+        if (off == 0)
+            break;
+        kinf_shm_store_view(st, off, &v);
+        if (!passes(st, &v, &q, ixs, sel))
+            continue;
+        if (keys_only)
+            lua_pushlstring(L, v.key, v.key_len);
+        else if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+            break;
+        lua_rawseti(L, -2, ++n);
     }
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     return err == KINF_OK ? 1 : kl_fail(L, err, NULL);
@@ -614,7 +602,7 @@ static int sh_list_index_func_values(lua_State *L)
     kinf_shm_map_iter it;
     kinf_shm_off off;
     int ix, n = 0;
-    READER_PROLOGUE("list_index_func_values");
+    READER_PROLOGUE();
     (void)uv;
     ix = kinf_shm_store_index_of(st, luaL_checkstring(L, 2));
     lua_newtable(L);
@@ -633,7 +621,7 @@ static int sh_list_index_func_values(lua_State *L)
 
 static int sh_len(lua_State *L)
 {
-    READER_PROLOGUE("len");
+    READER_PROLOGUE();
     (void)uv;
     lua_pushinteger(L, (lua_Integer)kinf_shm_store_len(st));
     return 1;
@@ -712,7 +700,7 @@ static int sh_poll(lua_State *L)
     lua_Integer max;
     int fn, n = 0;
     kinf_shm_off log;
-    READER_PROLOGUE("poll");
+    READER_PROLOGUE();
     max = luaL_optinteger(L, 2, 100);
     luaL_checktype(L, 3, LUA_TFUNCTION);
     fn = 3;
@@ -807,7 +795,7 @@ static int sh_status(lua_State *L)
     kinf_shm_store_info info;
     lshared *s = check_shared(L);
     rstate *rs = s->rs;
-    kinf_shm_store *st = attached(L, rs);
+    kinf_shm_store *st = attached(rs);
     lua_createtable(L, 0, 10);
     lua_pushboolean(L, st != NULL);
     lua_setfield(L, -2, "created");
