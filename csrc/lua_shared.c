@@ -236,23 +236,27 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
     kinf_object *obj;
     kl_guard *g;
     kinf_err err;
+    int key;
 
+    lua_pushlstring(L, v->key, v->key_len); /* made once, used for every lookup below */
+    key = lua_gettop(L);
     lua_rawgeti(L, uv, UV_OFFS);
-    lua_pushlstring(L, v->key, v->key_len);
+    lua_pushvalue(L, key);
     lua_rawget(L, -2);
     if (lua_tonumber(L, -1) == (lua_Number)v->off) {
         lua_pop(L, 2);
         lua_rawgeti(L, uv, UV_TABLES);
-        lua_pushlstring(L, v->key, v->key_len);
+        lua_pushvalue(L, key);
         lua_rawget(L, -2);
-        lua_remove(L, -2);
+        lua_replace(L, key); /* the table where the key was */
+        lua_settop(L, key);
         return KINF_OK;
     }
     lua_pop(L, 2);
     g = kl_push_guard(L);
     obj = kl_borrow(rs, v, &err);
     if (obj == NULL) {
-        lua_pop(L, 1);
+        lua_settop(L, key - 1);
         return err;
     }
     g->objs = g->one;
@@ -260,17 +264,18 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
     g->n = 1;
     kl_push_object(L, obj);
     kl_guard_release(g); /* the table's box holds its own reference */
-    lua_remove(L, -2);
     lua_rawgeti(L, uv, UV_TABLES);
-    lua_pushlstring(L, v->key, v->key_len);
+    lua_pushvalue(L, key);
     lua_pushvalue(L, -3);
     lua_rawset(L, -3);
     lua_pop(L, 1);
     lua_rawgeti(L, uv, UV_OFFS);
-    lua_pushlstring(L, v->key, v->key_len);
+    lua_pushvalue(L, key);
     lua_pushnumber(L, (lua_Number)v->off);
     lua_rawset(L, -3);
     lua_pop(L, 1);
+    lua_replace(L, key); /* the table where the key was; the guard above it goes */
+    lua_settop(L, key);
     return KINF_OK;
 }
 
