@@ -30,7 +30,7 @@ struct kl_mirror {
     double last_log;
     size_t swapped_bytes; /* of local records given back since the last trim */
     char last_error[200];
-    double last_reap;
+    double last_reap, last_trim;
 };
 
 kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local, kinf_err *err,
@@ -112,8 +112,11 @@ static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
 }
 
 /* After obj was written to the segment: the local store's record becomes one borrowed from the
- * segment (the same object, no second copy). Returns the record it replaced, or NULL. */
-static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
+ * segment (the same object, no second copy), held by the mirror's reader bit alone. A write that
+ * changed nothing (a relist brings the same objects again) finds the segment's record borrowed
+ * already, by `prev` (the record obj replaced): that one goes back into the store. Returns the
+ * record it replaced, or NULL. */
+static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj, kinf_object *prev)
 {
     kinf_shm *shm = m->seg->shm;
     kinf_object *b = NULL, *old = NULL;
@@ -123,8 +126,11 @@ static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj)
     if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED))
         return NULL;
     kinf_shm_read_begin(shm, m->rs->slot);
-    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v))
-        b = kl_borrow(m->rs, &v, &e);
+    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v)) {
+        b = kl_borrow_sole(m->rs, &v, &e);
+        if (b == NULL && e == KINF_EBUSY && prev != NULL && prev->json == v.json)
+            b = kinf_object_ref(prev);
+    }
     kinf_shm_read_end(shm, m->rs->slot);
     if (b == NULL)
         return NULL;
@@ -166,18 +172,21 @@ kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
     m->writes++;
     if (m->failing)
         m->recovered = 1;
-    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj);
+    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj, note->old);
 }
 
-void kl_mirror_flush(kl_mirror *m)
+void kl_mirror_flush(kl_mirror *m, int wrote)
 {
     double now = kinf_now();
-    kinf_shm_store_flush(m->st);
+    if (wrote)
+        kinf_shm_store_flush(m->st);
 #ifdef __GLIBC__
     /* The local copies the segment replaced (a whole list of them after a sync) went back to
-     * malloc, which keeps them mapped: hand them back to the system. */
-    if (m->swapped_bytes >= 64u << 20) {
+     * malloc, which keeps them mapped: hand them back to the system, at once after a big list,
+     * else at most once a second (a trim walks every arena). */
+    if (m->swapped_bytes >= 64u << 20 || (m->swapped_bytes > 0 && now - m->last_trim >= 1.0)) {
         m->swapped_bytes = 0;
+        m->last_trim = now;
         malloc_trim(0);
     }
 #endif

@@ -181,10 +181,11 @@ rstate *kl_rstate_new(segref *seg, int root)
 
 /* The release of a borrowed record: on whichever thread drops its last reference (a writer's
  * store is also read by its I/O thread). */
-static void release_hold(void *ud)
+static void release_hold(void *ud, const kinf_object *obj)
 {
     hold *h = ud;
     rstate *rs = h->rs;
+    (void)obj;
     pthread_mutex_lock(&rs->mu);
     if (--h->count == 0) {
         kinf_map_remove(&rs->holds, (const char *)&h->off, sizeof(h->off));
@@ -195,10 +196,43 @@ static void release_hold(void *ud)
     kl_rstate_unref(rs);
 }
 
+/* The release of a record borrowed alone (kl_borrow_sole): its bit was its hold. */
+static void release_sole(void *ud, const kinf_object *obj)
+{
+    rstate *rs = ud;
+    kinf_shm_store_release(rs->st, rs->slot, kinf_shm_store_record_of(rs->st, obj->json));
+    kl_rstate_unref(rs);
+}
+
+static kinf_meta view_meta(const kinf_shm_view *v)
+{
+    return (kinf_meta){v->namespace_, v->name, v->uid, v->resource_version};
+}
+
+kinf_object *kl_borrow_sole(rstate *rs, const kinf_shm_view *v, kinf_err *err)
+{
+    kinf_meta meta = view_meta(v);
+    kinf_str json = {v->json, v->json_len}, key = {v->key, v->key_len};
+    kinf_object *obj;
+
+    if (kinf_shm_store_hold(rs->st, rs->slot, v->off)) {
+        *err = KINF_EBUSY; /* the bit is another record's hold: leave it set */
+        return NULL;
+    }
+    atomic_fetch_add(&rs->refs, 1);
+    obj = kinf_object_borrow(&json, &key, &meta, release_sole, rs, err);
+    if (obj == NULL) {
+        kinf_shm_store_release(rs->st, rs->slot, v->off);
+        kl_rstate_unref(rs);
+    }
+    return obj;
+}
+
 /* A borrowed record for the record at v (inside a read section): holds it for this process. */
 kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
 {
-    kinf_meta meta = {v->namespace_, v->name, v->uid, v->resource_version};
+    kinf_meta meta = view_meta(v);
+    kinf_str json = {v->json, v->json_len}, key = {v->key, v->key_len};
     kinf_object *obj;
     hold *h;
 
@@ -221,9 +255,9 @@ kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
     h->count++;
     atomic_fetch_add(&rs->refs, 1);
     pthread_mutex_unlock(&rs->mu);
-    obj = kinf_object_borrow(v->json, v->json_len, &meta, release_hold, h, err);
+    obj = kinf_object_borrow(&json, &key, &meta, release_hold, h, err);
     if (obj == NULL)
-        release_hold(h);
+        release_hold(h, NULL);
     return obj;
 }
 

@@ -59,6 +59,10 @@ void kl_rstate_unref(rstate *rs);
 /* A borrowed record (kinf_object_borrow) for the record at v, read inside a read section of
  * rs's slot: holds it for this process until the record's last reference goes. */
 kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err);
+/* As kl_borrow for a reader that borrows each record at most once at a time (the writer's own
+ * store): the slot's bit is the hold, with no count and no entry in the holds map. KINF_EBUSY
+ * when the slot holds the record already. */
+kinf_object *kl_borrow_sole(rstate *rs, const kinf_shm_view *v, kinf_err *err);
 /* The core.shm userdata at idx (raises when it is not one). */
 lseg *kl_check_seg(lua_State *L, int idx);
 /* Pushes the segment's stats as a table. */

@@ -138,27 +138,33 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
 /* A borrowed record's allocation: the record, then what to call when it goes. */
 typedef struct borrowed {
     kinf_object obj;
-    void (*release)(void *ud);
+    void (*release)(void *ud, const kinf_object *obj);
     void *ud;
 } borrowed;
 
-kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_meta *meta,
-                                void (*release)(void *ud), void *ud, kinf_err *err)
+/* Whether the span is followed by a NUL (a C string of its own length). */
+static int nul_ended(const kinf_str *s)
 {
-    const kinf_str *ns = &meta->namespace_;
-    size_t key_len, size;
+    return s->ptr != NULL && s->ptr[s->len] == '\0';
+}
+
+kinf_object *kinf_object_borrow(const kinf_str *json, const kinf_str *key, const kinf_meta *meta,
+                                void (*release)(void *ud, const kinf_object *obj), void *ud,
+                                kinf_err *err)
+{
     borrowed *b;
     kinf_object *obj;
-    char *cur;
 
-    if (meta->name.len == 0 || json == NULL || release == NULL) {
-        *err = json == NULL || release == NULL ? KINF_EINVAL : KINF_ENOKEY;
+    if (meta->name.len == 0) {
+        *err = KINF_ENOKEY;
         return NULL;
     }
-    key_len = (ns->len ? ns->len + 1 : 0) + meta->name.len;
-    size = sizeof(*b) + ns->len + 1 + meta->name.len + 1 + meta->uid.len + 1 +
-           meta->resource_version.len + 1 + key_len + 1;
-    b = malloc(size);
+    if (release == NULL || !nul_ended(json) || !nul_ended(key) || !nul_ended(&meta->namespace_) ||
+        !nul_ended(&meta->name) || !nul_ended(&meta->uid) || !nul_ended(&meta->resource_version)) {
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    b = malloc(sizeof(*b));
     if (b == NULL) {
         *err = KINF_ENOMEM;
         return NULL;
@@ -170,10 +176,14 @@ kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_me
     obj->flags = KINF_OBJ_BORROWED;
     atomic_init(&obj->labels_at, 0);
     obj->inner = NULL;
-    obj->json = json;
-    obj->json_len = json_len;
-    cur = (char *)(b + 1);
-    put_meta(obj, cur, meta, key_len);
+    obj->json = json->ptr;
+    obj->json_len = json->len;
+    obj->namespace_ = meta->namespace_.ptr;
+    obj->name = meta->name.ptr;
+    obj->uid = meta->uid.ptr;
+    obj->resource_version = meta->resource_version.ptr;
+    obj->key = key->ptr;
+    obj->key_len = key->len;
     *err = KINF_OK;
     return obj;
 }
@@ -214,8 +224,7 @@ size_t kinf_object_size(const kinf_object *obj)
     if (kinf_object_is_tombstone(obj))
         return sizeof(*obj) + obj->key_len + 1;
     if (obj->flags & KINF_OBJ_BORROWED)
-        return sizeof(borrowed) + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
-               strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
+        return sizeof(borrowed);
     return sizeof(*obj) + obj->json_len + 1 + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
            strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
 }
@@ -237,7 +246,7 @@ void kinf_object_unref(kinf_object *obj)
         inner = obj->inner;
         if (obj->flags & KINF_OBJ_BORROWED) {
             borrowed *b = (borrowed *)obj; /* obj is b's first member */
-            b->release(b->ud);
+            b->release(b->ud, obj);
         }
         free(obj);
         obj = inner;

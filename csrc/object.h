@@ -75,18 +75,20 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
                                 kinf_err *err);
 
 /*
- * A record whose JSON is not copied: it points at json_len bytes (NUL-terminated) that the caller
- * keeps valid and unchanged until release(ud) is called, once, when the record's last reference
- * goes (on whichever thread drops it). The metadata is copied as kinf_object_new copies it. For
- * the records of a shared segment (shm_store.h), whose reader holds them meanwhile.
+ * A record that copies nothing: its JSON, key and metadata strings point into memory the caller
+ * keeps valid and unchanged until release(ud, record) is called, once, when the record's last
+ * reference goes (on whichever thread drops it; the record is freed after it returns). Every span must be followed by a NUL (KINF_EINVAL
+ * otherwise) and key must be the key of meta's namespace and name. For the records of a shared
+ * segment (shm_store.h), whose reader holds them meanwhile: the record is a header only.
  */
-kinf_object *kinf_object_borrow(const char *json, size_t json_len, const kinf_meta *meta,
-                                void (*release)(void *ud), void *ud, kinf_err *err);
+kinf_object *kinf_object_borrow(const kinf_str *json, const kinf_str *key, const kinf_meta *meta,
+                                void (*release)(void *ud, const kinf_object *obj), void *ud,
+                                kinf_err *err);
 
 kinf_object *kinf_object_ref(kinf_object *obj);
 /* Bytes of the record's one allocation (header, JSON, metadata strings, key). A tombstone counts
- * its own allocation only, not the last known object it refers to; a borrowed record not the
- * JSON it borrows. */
+ * its own allocation only, not the last known object it refers to; a borrowed record its header
+ * only. */
 size_t kinf_object_size(const kinf_object *obj);
 void kinf_object_unref(kinf_object *obj);
 

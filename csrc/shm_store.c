@@ -297,14 +297,20 @@ size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix,
     return n;
 }
 
-void kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec)
+int kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec)
 {
-    atomic_fetch_or(&((shm_record *)kinf_shm_ptr(st->shm, rec))->holders, 1ull << slot);
+    uint64_t bit = 1ull << slot;
+    return (atomic_fetch_or(&((shm_record *)kinf_shm_ptr(st->shm, rec))->holders, bit) & bit) != 0;
 }
 
 void kinf_shm_store_release(const kinf_shm_store *st, int slot, kinf_shm_off rec)
 {
     atomic_fetch_and(&((shm_record *)kinf_shm_ptr(st->shm, rec))->holders, ~(1ull << slot));
+}
+
+kinf_shm_off kinf_shm_store_record_of(const kinf_shm_store *st, const char *json)
+{
+    return kinf_shm_offset(st->shm, json - offsetof(shm_record, bytes));
 }
 
 void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out)

@@ -92,9 +92,12 @@ void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value
                              const kinf_shm_off **recs, size_t *n, uint64_t *version);
 /* Readers: keeps the record at off (reached inside a read section) valid beyond the section,
  * until kinf_shm_store_release with the same reader slot. One bit per reader slot: a process
- * that hands the same record out several times counts its uses itself and releases once. */
-void kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec);
+ * that hands the same record out several times counts its uses itself and releases once.
+ * Returns whether the slot held the record already (its bit was set before). */
+int kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec);
 void kinf_shm_store_release(const kinf_shm_store *st, int slot, kinf_shm_off rec);
+/* The record whose JSON starts at json (a view's json). */
+kinf_shm_off kinf_shm_store_record_of(const kinf_shm_store *st, const char *json);
 /* Fills *out for the record at off. */
 void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out);
 /* record i's values for index ix: n strings (ptr/len pairs written to out, at most max). */

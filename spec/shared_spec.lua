@@ -128,6 +128,29 @@ describe("shared store", function()
     assert.same({ "ns/a", "ns/c" }, w.store:index_keys("by_node", "n2"))
   end)
 
+  it("the writer's store stays borrowed when a relist brings the same objects again", function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local w = writer(seg)
+    local a, b = pod("a", "n1"), pod("b", "n2")
+    w.put(a, b)
+    local held = w.store:get("ns/a") -- a table of the borrowed record, alive through the relist
+    local st = w.proc:status().shared
+    local head = st.log_head
+    assert.equal(2, st.borrowed)
+    w.put(a, b) -- new local copies of the same objects
+    st = w.proc:status().shared
+    assert.equal(head, st.log_head) -- the segment is unchanged
+    assert.equal(4, st.borrowed) -- and the store swapped its copies for the segment's records
+    assert.equal("n1", held.spec.nodeName)
+    held = nil
+    collectgarbage()
+    collectgarbage()
+    w.put(pod("a", "n3", 2)) -- a real change after the old tables went
+    assert.same({ "ns/a" }, seg:store(1):index_keys("by_node", "n3"))
+    assert.equal("n3", w.store:get("ns/a").spec.nodeName)
+    assert.equal(5, w.proc:status().shared.borrowed)
+  end)
+
   it("poll: the content as initial adds, then every change in order with the old object", function()
     local seg = core.shm(4 * 1024 * 1024)
     local w = writer(seg)
