@@ -34,8 +34,9 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
  * second copy). Returns the record swapped out (a reference for the caller, who drops its
  * pinned table first), or NULL. */
 kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note);
-/* After a batch: frees what readers can no longer reach. */
-void kl_mirror_flush(kl_mirror *m);
+/* After each dispatch (wrote: it popped something): frees what readers can no longer reach,
+ * hands the memory of swapped local records back to the system, reaps dead readers. */
+void kl_mirror_flush(kl_mirror *m, int wrote);
 /* Logs failed writes (a full segment): the first at once, then at most one line a minute, and
  * one line when writes succeed again. */
 void kl_mirror_report(lua_State *L, kl_mirror *m);
