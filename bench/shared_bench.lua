@@ -54,8 +54,13 @@ local kinformer = require "kinformer"
 local cjson = require "cjson"
 local M = {}
 local MODEL, EMPTY = os.getenv("BENCH_MODEL"), os.getenv("BENCH_EMPTY") == "1"
-local seen = {}   -- handlers: slice key -> resourceVersion (every worker, every model)
-local function on(o) seen[kinformer.key_of(o)] = o.metadata.resourceVersion end
+local seen, at = {}, {} -- handlers: slice key -> resourceVersion, and when they saw it
+local function on(o)
+  local key = kinformer.key_of(o)
+  seen[key] = o.metadata.resourceVersion
+  ngx.update_time()
+  at[key] = ngx.now()
+end
 local handlers = { on_add = on, on_update = function(_, o) on(o) end,
                    on_delete = function(o) seen[kinformer.key_of(o)] = nil end }
 function M.init()
@@ -82,11 +87,13 @@ function M.init_worker()
   })
 end
 -- /info: this worker's view: objects, whether synced, a slice's version as its handlers saw it
+-- and when (seconds since the epoch)
 function M.info()
   local pods, slices = kngx.store("pods"), kngx.store("slices")
+  local key = ngx.var.arg_key or ""
   ngx.say(cjson.encode{ pid = ngx.worker.pid(), synced = kngx.synced(),
     pods = pods and pods:len() or 0, slices = slices and slices:len() or 0,
-    rv = seen[ngx.var.arg_key or ""] or "" })
+    rv = seen[key] or "", at = at[key] or 0 })
 end
 -- /lookups: get of every pod, then by_index of every service, repeated for at least 0.3 s each
 -- (warm: one pass first)
@@ -214,7 +221,8 @@ local function measure(srv, dir, model, workers)
     assert(code == 200, "/lookups: " .. tostring(code) .. " " .. tostring(body) .. " " .. inst:log():sub(-600))
     local lk = cjson.decode(body)
     r.get, r.by_index = lk.get, lk.by_index
-    -- A change reaching every worker's handlers: a slice relabelled, 10 times.
+    -- A change reaching every worker's handlers: a slice relabelled, 10 times; from just before
+    -- the write to the API server to the last worker's handler call (its clock, read there).
     local lat = {}
     local slice = srv:state("endpointslices.discovery.k8s.io").items[1]
     local key = slice.metadata.namespace .. "/" .. slice.metadata.name
@@ -225,13 +233,15 @@ local function measure(srv, dir, model, workers)
       local res = srv:objects({ slice }, "endpointslices.discovery.k8s.io")
       local want = res.resourceVersion
       inst.query = "?key=" .. key
+      local last
       repeat
-        local all = true
+        last = 0
         for _, d in pairs(assert(infos(inst), "not every worker answered")) do
-          if d.rv ~= want then all = false end
+          if d.rv ~= want then last = nil break end
+          last = math.max(last, d.at)
         end
-      until all or now() - t0 > 5
-      lat[#lat + 1] = now() - t0
+      until last or now() - t0 > 5
+      lat[#lat + 1] = (last or now()) - t0
       sleep(0.1)
     end
     table.sort(lat)

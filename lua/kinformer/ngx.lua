@@ -420,6 +420,10 @@ function _M.start(opts)
   end
   kinformer.set_logger(nprocess.logger)
   S.batch, S.budget, S.after_dispatch = batch, budget, opts.after_dispatch
+  -- Shared model: the writer and every reader tick four times per interval (a reader's tick is
+  -- an atomic load when nothing changed), so a change reaches every worker's handlers within
+  -- half an interval plus the work: the writer's tick, then the reader's.
+  S.tick_every = m == "shared" and interval / 4 or interval
   if m == "shared" and role ~= "agent" then
     -- Every worker reads every shared store (informer i in slot i) and runs the handlers; the
     -- privileged agent serves no request and has no handler to run.
@@ -433,9 +437,7 @@ function _M.start(opts)
     if m ~= "shared" or role == "agent" then return true end
     local t = ngx_now()
     S.started_at, S.next_status = t, t
-    -- A reader polls four times per interval (an atomic load when nothing changed): a change
-    -- reaches it at most a quarter interval after the writer's tick wrote it.
-    local ok, terr = timer_every(interval / 4, tick)
+    local ok, terr = timer_every(S.tick_every, tick)
     if not ok then return nil, "cannot start the dispatch timer: " .. tostring(terr) end
     return true
   end
@@ -481,7 +483,7 @@ function _M.start(opts)
     end
     S.rv[i], S.rv_at[i] = "", t
   end
-  local ok, terr = timer_every(interval, tick)
+  local ok, terr = timer_every(S.tick_every, tick)
   if not ok then
     stop_all(list)
     S.runs, S.stopped = false, true
