@@ -242,7 +242,7 @@ local function measure(srv, dir, model, workers)
         end
       until last or now() - t0 > 5
       lat[#lat + 1] = (last or now()) - t0
-      sleep(0.1)
+      sleep(0.1 + math.random() * 0.05) -- not in step with the dispatch timer
     end
     table.sort(lat)
     r.change_ms, r.change_max_ms = lat[5] * 1000, lat[10] * 1000

@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -120,7 +119,6 @@ static int dispatch_protected(lua_State *L)
     int has_sink = !lua_isnil(L, 3);
     kinf_informer_step step = {lp->fifo, lp->store, NULL, lp};
     lua_Integer n = 0;
-    size_t swapped_bytes = 0;
     char msg[320];
 
     if (lp->transform_ref != LUA_NOREF)
@@ -146,10 +144,8 @@ static int dispatch_protected(lua_State *L)
             kinf_notification *note = &lp->notes.v[i];
             if (lp->mirror != NULL) {
                 kinf_object *swapped = kl_mirror_note(lp->mirror, note);
-                if (swapped != NULL) {
+                if (swapped != NULL)
                     kl_store_unpin(L, 5, swapped); /* the store keeps the borrowed one now */
-                    swapped_bytes += kinf_object_size(swapped);
-                }
                 kinf_object_unref(swapped);
             }
             if (note->old != NULL && note->old != note->obj)
@@ -178,12 +174,6 @@ static int dispatch_protected(lua_State *L)
         }
     }
     kinf_notifications_clear(&lp->notes);
-    if (swapped_bytes > 0) {
-        /* The tables made of the replaced local records (index functions, handlers) are all the
-         * collector sees of them: small. Tell it what their records weigh, or it leaves
-         * megabytes of JSON pinned by garbage. */
-        lua_gc(L, LUA_GCSTEP, (int)(swapped_bytes >> 10 < INT_MAX ? swapped_bytes >> 10 : INT_MAX));
-    }
     if (lp->mirror != NULL) {
         kl_mirror_flush(lp->mirror, n > 0);
         if (n > 0)
