@@ -160,6 +160,10 @@ bench-lookups: all
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/lookups_bench.lua $(BENCH_N)
 	$(if $(LUAJIT_CFLAGS),LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/luajit/?.so;;' luajit bench/lookups_bench.lua $(BENCH_N))
 .PHONY: bench-lookups
+# The shared cache's writer as one index value grows to 100k objects: bench/shared_writes_bench.lua.
+bench-shared-writes: lua54
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/shared_writes_bench.lua
+.PHONY: bench-shared-writes
 bench-reflector: lua54
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) bench/reflector_bench.lua $(BENCH_PODS) $(BENCH_EVENTS)
 BENCH_PODS ?= 100000

@@ -433,14 +433,15 @@ static int sh_get_by_key(lua_State *L)
     }
 }
 
-/* Pushes an array of the tables (keys_only: the keys) of n records (inside a read section). */
-static kinf_err push_records(lua_State *L, rstate *rs, int uv, const kinf_shm_off *recs, size_t n,
-                             int keys_only)
+/* Pushes an array of the tables (keys_only: the keys) of a bucket's records (inside a read
+ * section). */
+static kinf_err push_records(lua_State *L, rstate *rs, int uv, kinf_shm_bucket *b, int keys_only)
 {
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
+    kinf_shm_off off;
+    lua_createtable(L, (int)b->n, 0);
+    for (size_t i = 0; (off = kinf_shm_bucket_next(b)) != 0; i++) {
         kinf_shm_view v;
-        kinf_shm_store_view(rs->st, recs[i], &v);
+        kinf_shm_store_view(rs->st, off, &v);
         if (keys_only) {
             lua_pushlstring(L, v.key, v.key_len);
         } else {
@@ -460,9 +461,8 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     const char *index;
     size_t len;
     const char *value;
-    const kinf_shm_off *recs;
-    size_t n;
-    uint64_t writes, version;
+    kinf_shm_bucket b;
+    uint64_t writes;
     kinf_err err;
     int ix, sub;
     READER_PROLOGUE();
@@ -492,17 +492,17 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     if (kl_results_valid(L, writes, 0, 0))
         return 1; /* nothing written since it was built */
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
-    kinf_shm_store_by_index(st, ix, value, len, &recs, &n, &version);
-    if (kl_results_valid(L, writes, 1, version)) {
+    kinf_shm_store_by_index(st, ix, value, len, &b);
+    if (kl_results_valid(L, writes, 1, b.version)) {
         kinf_shm_read_end(rs->seg->shm, rs->slot);
         return 1;
     }
     lua_pop(L, 1);
-    err = push_records(L, rs, uv, recs, n, keys_only);
+    err = push_records(L, rs, uv, &b, keys_only);
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     if (err != KINF_OK)
         return kl_fail(L, err, NULL);
-    kl_results_seal(L, writes, version);
+    kl_results_seal(L, writes, b.version);
     lua_pushvalue(L, 3);
     lua_pushvalue(L, -2);
     lua_rawset(L, sub);
@@ -563,9 +563,9 @@ static int list_common(lua_State *L, int keys_only)
     kinf_shm_store *st = attached(rs);
     kinf_store_query q;
     const char *selector = NULL;
-    size_t selector_len = 0, ncand = SIZE_MAX;
+    size_t selector_len = 0;
     kinf_labelselector *sel = NULL;
-    const kinf_shm_off *cand = NULL;
+    kinf_shm_bucket cand;
     int ixs[KINF_SHM_STORE_INDEXES], uv, all = 1, n = 0;
     kinf_shm_map_iter it;
     kinf_err err = KINF_OK;
@@ -591,25 +591,22 @@ static int list_common(lua_State *L, int keys_only)
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
     /* The narrowest bucket named is where the candidates come from. */
     for (size_t i = 0; i <= q.nmatches; i++) {
-        const kinf_shm_off *recs;
-        size_t nrecs;
-        uint64_t version;
+        kinf_shm_bucket b;
         int ix = i < q.nmatches ? ixs[i] : kinf_shm_store_index_of(st, KINF_NAMESPACE_INDEX);
         const kinf_str *value = i < q.nmatches ? &q.matches[i].value : &q.namespace_;
         if (ix < 0 || value->len == 0)
             continue;
-        kinf_shm_store_by_index(st, ix, value->ptr, value->len, &recs, &nrecs, &version);
-        if (nrecs < ncand) {
-            cand = recs;
-            ncand = nrecs;
+        kinf_shm_store_by_index(st, ix, value->ptr, value->len, &b);
+        if (all || b.n < cand.n) {
+            cand = b;
             all = 0;
         }
     }
-    lua_createtable(L, all ? (int)kinf_shm_store_len(st) : (int)ncand, 0);
+    lua_createtable(L, all ? (int)kinf_shm_store_len(st) : (int)cand.n, 0);
     if (all)
         kinf_shm_store_iter(st, -1, &it);
-    for (size_t i = 0; err == KINF_OK;) {
-        kinf_shm_off off = all ? kinf_shm_map_next(rs->seg->shm, &it) : i < ncand ? cand[i++] : 0;
+    while (err == KINF_OK) {
+        kinf_shm_off off = all ? kinf_shm_map_next(rs->seg->shm, &it) : kinf_shm_bucket_next(&cand);
         kinf_shm_view v;
         if (off == 0)
             break;

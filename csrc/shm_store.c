@@ -3,9 +3,12 @@
  *
  * Layout: the store header (names of the indexes, the roots of the items map and of each
  * index's value map, the log); records (shm_record) in the items map; buckets (shm_bucket) in
- * each index's value map. A write prepares everything it will publish (the record, every new
- * bucket, room in every map) before it publishes anything, so a full segment fails it with the
- * cache unchanged; then it publishes buckets first and the record last, and logs the event. A
+ * each index's value map, each an array of chunks (shm_chunk) of record offsets. A write
+ * prepares everything it will publish (the record, every new bucket and chunk, room in every
+ * map) before it publishes anything, so a full segment fails it with the cache unchanged; then
+ * it publishes buckets first and the record last, and logs the event. A new bucket shares the
+ * chunks it did not change with the old one, and only the chunks it replaced are retired with
+ * the old bucket: a reader inside a section still reads the old bucket and all of its chunks. A
  * reader that reads an index and then the items map within one section may see the two a write
  * apart: each is consistent on its own.
  */
@@ -42,12 +45,24 @@ typedef struct shm_record {
     char bytes[];
 } shm_record;
 
-/* recs: n record offsets sorted by key; the value's bytes follow them (h.key_at). */
+/* A value's records, sorted by key, in chunks of at most CHUNK_MAX: a write copies the chunk it
+ * changes and the bucket's array of chunk offsets, not every record of the value. Chunks are
+ * shared by the buckets built one from the other and retired one by one, when a write replaces
+ * them. */
+#define CHUNK_MAX 256
+
+typedef struct shm_chunk {
+    uint64_t n; /* 1..CHUNK_MAX */
+    kinf_shm_off recs[];
+} shm_chunk;
+
+/* chunks: nchunks chunk offsets, in key order; the value's bytes follow them (h.key_at). */
 typedef struct shm_bucket {
     kinf_shm_entry h;
     uint64_t version; /* the store's write count when it was built: grows for a value */
-    uint64_t n;
-    kinf_shm_off recs[];
+    uint64_t n;       /* records in all */
+    uint64_t nchunks;
+    kinf_shm_off chunks[];
 } shm_bucket;
 
 struct kinf_shm_store {
@@ -68,6 +83,11 @@ static const shm_record *REC(const kinf_shm_store *st, kinf_shm_off off)
 }
 
 static const shm_bucket *BKT(const kinf_shm_store *st, kinf_shm_off off)
+{
+    return kinf_shm_ptr(st->shm, off);
+}
+
+static const shm_chunk *CHK(const kinf_shm_store *st, kinf_shm_off off)
 {
     return kinf_shm_ptr(st->shm, off);
 }
@@ -347,21 +367,26 @@ static int same_object(const kinf_shm_store *st, kinf_shm_off off, const kinf_ob
 
 /* ---- buckets ---- */
 
-/* Where key is (or would go) in b: *found set when it is there. */
-static size_t bucket_find(const kinf_shm_store *st, const shm_bucket *b, const char *key,
-                          size_t len, int *found)
+static int rec_cmp(const kinf_shm_store *st, kinf_shm_off rec, const char *key, size_t len)
 {
-    size_t lo = 0, hi = b ? b->n : 0;
+    const shm_record *r = REC(st, rec);
+    return key_cmp(rec_key(r), r->h.key_len, key, len);
+}
+
+/* Where key is (or would go) in c: *found set when it is there. */
+static size_t chunk_find(const kinf_shm_store *st, const shm_chunk *c, const char *key,
+                         size_t len, int *found)
+{
+    size_t lo = 0, hi = c->n;
     *found = 0;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const shm_record *r = REC(st, b->recs[mid]);
-        int c = key_cmp(rec_key(r), r->h.key_len, key, len);
-        if (c == 0) {
+        int cmp = rec_cmp(st, c->recs[mid], key, len);
+        if (cmp == 0) {
             *found = 1;
             return mid;
         }
-        if (c < 0)
+        if (cmp < 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -369,31 +394,130 @@ static size_t bucket_find(const kinf_shm_store *st, const shm_bucket *b, const c
     return lo;
 }
 
-/* A new bucket for value: old's records with key's replaced by rec (rec 0: removed). Sets *off
- * to 0 when the result is empty. KINF_ENOMEM when the segment is full. */
-static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kinf_str *value,
-                            const char *key, size_t key_len, kinf_shm_off rec, kinf_shm_off *off)
+/* The chunk of b where key is or would go: the last whose first key is not after it (0 when
+ * key comes before every chunk). */
+static size_t bucket_chunk(const kinf_shm_store *st, const shm_bucket *b, const char *key,
+                           size_t len)
 {
-    int found;
-    size_t at = bucket_find(st, old, key, key_len, &found), n0 = old ? old->n : 0;
-    size_t n = n0 + (rec != 0 && !found) - (rec == 0 && found);
-    shm_bucket *b;
-    size_t k = 0;
+    size_t lo = 1, hi = b->nchunks; /* the answer is lo - 1 */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rec_cmp(st, CHK(st, b->chunks[mid])->recs[0], key, len) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
 
-    *off = 0;
-    if (n == 0)
-        return KINF_OK;
-    *off = kinf_shm_alloc(st->shm, sizeof(shm_bucket) + n * sizeof(kinf_shm_off) + value->len + 1);
-    if (*off == 0)
-        return KINF_ENOMEM;
-    b = kinf_shm_ptr(st->shm, *off);
-    for (size_t i = 0; i < at; i++)
-        b->recs[k++] = old->recs[i];
+/* A new, unpublished chunk of n offsets (1..CHUNK_MAX) from recs; 0 when the segment is full. */
+static kinf_shm_off chunk_new(kinf_shm_store *st, const kinf_shm_off *recs, size_t n)
+{
+    kinf_shm_off off = kinf_shm_alloc(st->shm, sizeof(shm_chunk) + n * sizeof(kinf_shm_off));
+    if (off != 0) {
+        shm_chunk *c = kinf_shm_ptr(st->shm, off);
+        c->n = n;
+        memcpy(c->recs, recs, n * sizeof(kinf_shm_off));
+    }
+    return off;
+}
+
+/* One bucket change a write prepares: index, the value, the new bucket (0: the value goes
+ * away) with the chunks made for it (fresh[], 0 when unused), and the chunks it no longer
+ * shares with the old bucket (gone[], 0 when unused), retired once the new bucket is published. */
+typedef struct change {
+    int ix;
+    kinf_str value;
+    kinf_shm_off bucket, fresh[2], gone[2];
+} change;
+
+/* Frees a change that was never published. */
+static void change_free(kinf_shm_store *st, const change *c)
+{
+    kinf_shm_free(st->shm, c->bucket);
+    kinf_shm_free(st->shm, c->fresh[0]);
+    kinf_shm_free(st->shm, c->fresh[1]);
+}
+
+/* Prepares the change of value's bucket (old, or NULL when the value has none) where key's
+ * record becomes rec (0: key leaves the value). KINF_ENOMEM when the segment is full (nothing
+ * left allocated). */
+static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kinf_str *value,
+                            const char *key, size_t key_len, kinf_shm_off rec, change *out)
+{
+    kinf_shm_off recs[CHUNK_MAX + 1];
+    size_t ci = 0, at = 0, n = 0, nchunks = 0, total, k = 0, made, replaced = 0;
+    const shm_chunk *c = NULL;
+    shm_bucket *b;
+    int found = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (old != NULL) {
+        ci = bucket_chunk(st, old, key, key_len);
+        c = CHK(st, old->chunks[ci]);
+        at = chunk_find(st, c, key, key_len, &found);
+        out->gone[0] = old->chunks[ci];
+        replaced = 1;
+        nchunks = old->nchunks;
+        memcpy(recs, c->recs, at * sizeof(kinf_shm_off));
+    }
+    /* The chunk's records with key's replaced, in recs[0..n) */
+    n = at;
     if (rec != 0)
-        b->recs[k++] = rec;
-    for (size_t i = at + found; i < n0; i++)
-        b->recs[k++] = old->recs[i];
-    b->n = k;
+        recs[n++] = rec;
+    if (c != NULL) {
+        size_t rest = c->n - at - (size_t)found;
+        memcpy(recs + n, c->recs + at + found, rest * sizeof(kinf_shm_off));
+        n += rest;
+    }
+    total = (old ? old->n : 0) - (size_t)found + (rec != 0);
+    if (total == 0)
+        return KINF_OK; /* the value goes away */
+    /* A chunk a removal left small joins a neighbour that has room: chunks stay at least a
+     * quarter full, so the bucket's array stays short. */
+    if (n > 0 && n < CHUNK_MAX / 4 && nchunks > 1) {
+        int next = ci + 1 < nchunks;
+        const shm_chunk *nb = CHK(st, old->chunks[next ? ci + 1 : ci - 1]);
+        if (n + nb->n <= CHUNK_MAX) {
+            if (next) {
+                memcpy(recs + n, nb->recs, nb->n * sizeof(kinf_shm_off));
+            } else {
+                memmove(recs + nb->n, recs, n * sizeof(kinf_shm_off));
+                memcpy(recs, nb->recs, nb->n * sizeof(kinf_shm_off));
+                ci--;
+            }
+            n += nb->n;
+            out->gone[1] = old->chunks[next ? ci + 1 : ci]; /* ci is the earlier one now */
+            replaced = 2;
+        }
+    }
+    /* Its replacement: none (emptied), one chunk, or two halves of an overfull one. */
+    made = n == 0 ? 0 : n > CHUNK_MAX ? 2 : 1;
+    for (size_t i = 0; i < made; i++) {
+        size_t from = i == 0 ? 0 : n / 2, len = made == 1 ? n : i == 0 ? n / 2 : n - n / 2;
+        if ((out->fresh[i] = chunk_new(st, recs + from, len)) == 0) {
+            change_free(st, out);
+            out->fresh[0] = out->fresh[1] = 0;
+            return KINF_ENOMEM;
+        }
+    }
+    nchunks = nchunks - replaced + made;
+    out->bucket = kinf_shm_alloc(st->shm, sizeof(shm_bucket) + nchunks * sizeof(kinf_shm_off) +
+                                              value->len + 1);
+    if (out->bucket == 0) {
+        change_free(st, out);
+        out->fresh[0] = out->fresh[1] = 0;
+        return KINF_ENOMEM;
+    }
+    b = kinf_shm_ptr(st->shm, out->bucket);
+    for (size_t i = 0; old != NULL && i < ci; i++)
+        b->chunks[k++] = old->chunks[i];
+    for (size_t i = 0; i < made; i++)
+        b->chunks[k++] = out->fresh[i];
+    for (size_t i = ci + replaced; old != NULL && i < old->nchunks; i++)
+        b->chunks[k++] = old->chunks[i];
+    b->nchunks = k;
+    b->n = total;
     b->version = atomic_load_explicit(&H(st)->writes, memory_order_relaxed) + 1;
     b->h.key_at = (uint32_t)(sizeof(shm_bucket) + k * sizeof(kinf_shm_off));
     b->h.key_len = (uint32_t)value->len;
@@ -412,20 +536,12 @@ static int has_value(const kinf_str *vals, size_t n, const kinf_str *v)
     return 0;
 }
 
-/* One bucket change a write prepares: index, the new bucket (0: the value goes away), and
- * the value (for the removal). */
-typedef struct change {
-    int ix;
-    kinf_str value;
-    kinf_shm_off bucket;
-} change;
-
 typedef struct changes {
     change *c;
     size_t n, cap;
 } changes;
 
-static kinf_err changes_add(changes *cs, int ix, kinf_str value, kinf_shm_off bucket)
+static kinf_err changes_add(changes *cs, int ix, const kinf_str *value, const change *c)
 {
     if (cs->n == cs->cap) {
         size_t cap = cs->cap ? cs->cap * 2 : 8;
@@ -435,12 +551,24 @@ static kinf_err changes_add(changes *cs, int ix, kinf_str value, kinf_shm_off bu
         cs->c = grown;
         cs->cap = cap;
     }
-    cs->c[cs->n++] = (change){ix, value, bucket};
+    cs->c[cs->n] = *c;
+    cs->c[cs->n].ix = ix;
+    cs->c[cs->n].value = *value;
+    cs->n++;
     return KINF_OK;
 }
 
+/* Frees every prepared change (none was published) and forgets them. */
+static void changes_drop(kinf_shm_store *st, changes *cs)
+{
+    for (size_t i = 0; i < cs->n; i++)
+        change_free(st, &cs->c[i]);
+    cs->n = 0;
+}
+
 /* Prepares the bucket changes that move key from old_rec's values to new_rec's (either may be
- * 0), with room in every value map; on failure frees what it allocated. */
+ * 0), with room in every value map; on failure frees what it allocated. A value listed twice
+ * counts once. */
 static kinf_err prepare(kinf_shm_store *st, const char *key, size_t key_len, kinf_shm_off old_rec,
                         kinf_shm_off new_rec, changes *cs)
 {
@@ -456,30 +584,25 @@ static kinf_err prepare(kinf_shm_store *st, const char *key, size_t key_len, kin
             e = KINF_ETOOBIG; /* more than 64 values of one index for one object */
             break;
         }
-        for (size_t i = 0; i < on && e == KINF_OK; i++) {
+        for (size_t i = 0; i < on + nn && e == KINF_OK; i++) {
+            int removal = i < on;
+            const kinf_str *v = removal ? &ov[i] : &nv[i - on];
             kinf_shm_off b;
-            if (has_value(nv, nn, &ov[i]))
+            change c;
+            if (removal ? has_value(nv, nn, v) || has_value(ov, i, v) : has_value(nv, i - on, v))
                 continue;
-            b = kinf_shm_map_get(st->shm, &h->ix[ix].buckets, ov[i].ptr, ov[i].len);
-            e = bucket_with(st, b ? BKT(st, b) : NULL, &ov[i], key, key_len, 0, &b);
-            if (e == KINF_OK && (e = changes_add(cs, (int)ix, ov[i], b)) != KINF_OK)
-                kinf_shm_free(st->shm, b);
-        }
-        for (size_t i = 0; i < nn && e == KINF_OK; i++) {
-            kinf_shm_off b = kinf_shm_map_get(st->shm, &h->ix[ix].buckets, nv[i].ptr, nv[i].len);
-            added += b == 0;
-            e = bucket_with(st, b ? BKT(st, b) : NULL, &nv[i], key, key_len, new_rec, &b);
-            if (e == KINF_OK && (e = changes_add(cs, (int)ix, nv[i], b)) != KINF_OK)
-                kinf_shm_free(st->shm, b);
+            b = kinf_shm_map_get(st->shm, &h->ix[ix].buckets, v->ptr, v->len);
+            added += !removal && b == 0;
+            e = bucket_with(st, b ? BKT(st, b) : NULL, v, key, key_len, removal ? 0 : new_rec,
+                            &c);
+            if (e == KINF_OK && (e = changes_add(cs, (int)ix, v, &c)) != KINF_OK)
+                change_free(st, &c);
         }
         if (e == KINF_OK && added)
             e = kinf_shm_map_reserve(st->shm, &h->ix[ix].buckets, added);
     }
-    if (e != KINF_OK) {
-        for (size_t i = 0; i < cs->n; i++)
-            kinf_shm_free(st->shm, cs->c[i].bucket);
-        cs->n = 0;
-    }
+    if (e != KINF_OK)
+        changes_drop(st, cs);
     return e;
 }
 
@@ -494,8 +617,10 @@ static void publish(kinf_shm_store *st, changes *cs)
             (void)kinf_shm_map_put(st->shm, root, cs->c[i].bucket, &old);
         else
             kinf_shm_map_remove(st->shm, root, cs->c[i].value.ptr, cs->c[i].value.len, &old);
-        if (kinf_shm_retire(st->shm, old) != KINF_OK)
-            continue; /* leaked, never freed early */
+        /* Either may fail to be queued (out of memory): it is leaked, never freed early. */
+        (void)kinf_shm_retire(st->shm, old);
+        (void)kinf_shm_retire(st->shm, cs->c[i].gone[0]);
+        (void)kinf_shm_retire(st->shm, cs->c[i].gone[1]);
     }
 }
 
@@ -530,8 +655,7 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     if (e == KINF_OK && old == 0)
         e = kinf_shm_map_reserve(st->shm, &h->items, 1);
     if (e != KINF_OK) {
-        for (size_t i = 0; i < cs.n; i++)
-            kinf_shm_free(st->shm, cs.c[i].bucket);
+        changes_drop(st, &cs);
         free(cs.c);
         kinf_shm_free(st->shm, rec);
         count_failure(st);
@@ -641,14 +765,31 @@ int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, ki
 }
 
 void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             const kinf_shm_off **recs, size_t *n, uint64_t *version)
+                             kinf_shm_bucket *out)
 {
     kinf_shm_off b = 0;
     if (ix >= 0 && (uint64_t)ix < H(st)->nindexes)
         b = kinf_shm_map_get(st->shm, &H(st)->ix[ix].buckets, value, len);
-    *version = b ? BKT(st, b)->version : 0;
-    *recs = b ? BKT(st, b)->recs : NULL;
-    *n = b ? BKT(st, b)->n : 0;
+    memset(out, 0, sizeof(*out));
+    out->st = st;
+    if (b != 0) {
+        out->chunks = BKT(st, b)->chunks;
+        out->nchunks = BKT(st, b)->nchunks;
+        out->n = BKT(st, b)->n;
+        out->version = BKT(st, b)->version;
+    }
+}
+
+kinf_shm_off kinf_shm_bucket_next(kinf_shm_bucket *b)
+{
+    while (b->chunk < b->nchunks) {
+        const shm_chunk *c = CHK(b->st, b->chunks[b->chunk]);
+        if (b->at < c->n)
+            return c->recs[b->at++];
+        b->chunk++;
+        b->at = 0;
+    }
+    return 0;
 }
 
 void kinf_shm_store_iter(const kinf_shm_store *st, int ix, kinf_shm_map_iter *it)

@@ -16,9 +16,10 @@
  * a reader process keeps the records behind the objects it handed out).
  *
  * Indexes: fixed at creation (names; the first may be the built-in "namespace"). An index maps
- * each value to a bucket, an immutable array of record offsets, sorted by key; a write builds
- * the buckets it changes anew (copying their offsets: O(records under the value)) and retires
- * the old ones. A reader's bucket is therefore one consistent moment of that value.
+ * each value to a bucket, an immutable array of chunks of record offsets (at most 256 each),
+ * sorted by key; a write builds the chunk it changes and the bucket's array of chunks anew
+ * (copying at most 256 offsets and one per chunk), retires the old ones and shares the other
+ * chunks. A reader's bucket is therefore one consistent moment of that value.
  *
  * Crash: everything is published with one atomic store after it is complete (shm_map.h), so a
  * successor writer (kinf_shm_store_attach after kinf_shm_claim_writer) continues from what is
@@ -86,10 +87,20 @@ int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name); /* -1: 
 size_t kinf_shm_store_len(const kinf_shm_store *st);
 /* The record under key: 1 and *out filled, or 0. */
 int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out);
-/* The records under value in index ix, sorted by key: *recs points into the bucket (n of them),
- * and *version (0 when none) changes whenever they do, and never comes back for the value. */
+/* The records under a value of an index, in key order: n of them, read one by one with
+ * kinf_shm_bucket_next (inside the read section that found them). version (0 when none) changes
+ * whenever they do, and never comes back for the value. */
+typedef struct kinf_shm_bucket {
+    size_t n;
+    uint64_t version;
+    const kinf_shm_store *st; /* the rest: kinf_shm_bucket_next's */
+    const kinf_shm_off *chunks;
+    size_t nchunks, chunk, at;
+} kinf_shm_bucket;
 void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             const kinf_shm_off **recs, size_t *n, uint64_t *version);
+                             kinf_shm_bucket *out);
+/* The next record of the bucket, or 0 after the last. */
+kinf_shm_off kinf_shm_bucket_next(kinf_shm_bucket *b);
 /* Readers: keeps the record at off (reached inside a read section) valid beyond the section,
  * until kinf_shm_store_release with the same reader slot. One bit per reader slot: a process
  * that hands the same record out several times counts its uses itself and releases once.

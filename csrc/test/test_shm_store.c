@@ -1,6 +1,7 @@
 /* test_shm_store.c - an informer's cache in a shared segment (shm_store.c): puts, updates that
  * move a key between index values, deletes, the change log, an unchanged object written again,
- * retain (a successor writer's sweep), a full segment, and a writer churning while readers in
+ * retain (a successor writer's sweep), a full segment, a value of thousands of keys kept in
+ * chunks that split and merge, and a writer churning while readers in
  * threads (TSan) and in processes check that every bucket is sorted and holds only records
  * with its value; one writer process is killed with SIGKILL and a successor takes over. */
 #include <pthread.h>
@@ -47,14 +48,13 @@ static kinf_err put(kinf_shm_store *st, const char *ns, const char *name, const 
 static const char *keys(kinf_shm_store *st, int ix, const char *value)
 {
     static char buf[1024];
-    const kinf_shm_off *recs;
-    size_t n;
-    uint64_t b;
+    kinf_shm_bucket b;
+    kinf_shm_off off;
     buf[0] = '\0';
-    kinf_shm_store_by_index(st, ix, value, strlen(value), &recs, &n, &b);
-    for (size_t i = 0; i < n; i++) {
+    kinf_shm_store_by_index(st, ix, value, strlen(value), &b);
+    for (size_t i = 0; (off = kinf_shm_bucket_next(&b)) != 0; i++) {
         kinf_shm_view v;
-        kinf_shm_store_view(st, recs[i], &v);
+        kinf_shm_store_view(st, off, &v);
         if (i)
             strcat(buf, ",");
         strncat(buf, v.key, v.key_len);
@@ -170,11 +170,12 @@ static void a_full_segment_fails_the_write_and_keeps_the_content(void)
     CHECK(info.items == (size_t)(i - 1) && info.write_failures == 1);
     CHECK(kinf_shm_store_len(st) == info.items);
     {   /* the index holds exactly the stored keys */
-        const kinf_shm_off *recs;
-        size_t n;
-        uint64_t b;
-        kinf_shm_store_by_index(st, 1, "n1", 2, &recs, &n, &b);
-        CHECK(n == info.items);
+        kinf_shm_bucket b;
+        size_t n = 0;
+        kinf_shm_store_by_index(st, 1, "n1", 2, &b);
+        while (kinf_shm_bucket_next(&b) != 0)
+            n++;
+        CHECK(b.n == info.items && n == b.n);
     }
     kinf_shm_store_close(st);
     kinf_shm_close(shm);
@@ -203,6 +204,103 @@ static void churn_p1(kinf_shm_store *st, int from, int n)
         CHECK(put(st, "ns", "p1", "n1", rv) == KINF_OK);
         kinf_shm_store_flush(st);
     }
+}
+
+/* The keys under value, checked against the model (present[i]: "big/p<i>" is there, sorted as
+ * strings); returns problems. */
+static int bucket_matches(kinf_shm_store *st, const char *value, const char *present, int n)
+{
+    kinf_shm_bucket b;
+    kinf_shm_off off;
+    char prev[32] = "", key[32];
+    size_t seen = 0, want = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        want += present[i] != 0;
+    kinf_shm_store_by_index(st, 0, value, strlen(value), &b);
+    while ((off = kinf_shm_bucket_next(&b)) != 0) {
+        kinf_shm_view v;
+        int i;
+        kinf_shm_store_view(st, off, &v);
+        snprintf(key, sizeof(key), "%.*s", (int)v.key_len, v.key);
+        bad += sscanf(key, "big/p%d", &i) != 1 || i < 0 || i >= n || !present[i];
+        bad += seen > 0 && strcmp(prev, key) >= 0;
+        memcpy(prev, key, sizeof(key));
+        seen++;
+    }
+    return bad + (seen != want) + (b.n != want);
+}
+
+/* One round: inserts in a scrambled order (splits), moves between node values and deletes at
+ * random, then deletes everything (merges), checking the whole value against the model as it
+ * goes; then pushes the last records out of the log. */
+static void big_value_round(kinf_shm_store *st, unsigned seed)
+{
+    enum { N = 3000 };
+    static char present[N];
+    char name[16], key[24];
+    kinf_shm_bucket b;
+
+    for (int k = 0; k < N; k++) {
+        int i = (int)(((unsigned)k * 1237u) % N);
+        snprintf(name, sizeof(name), "p%d", i);
+        CHECK(put(st, "big", name, k % 2 ? "n1" : "n2", "1") == KINF_OK);
+        present[i] = 1;
+        if (k % 500 == 499) {
+            CHECK(bucket_matches(st, "big", present, N) == 0);
+            kinf_shm_store_flush(st);
+        }
+    }
+    kinf_shm_store_by_index(st, 0, "big", 3, &b);
+    CHECK(b.n == N && b.nchunks > 1);
+    for (int k = 0; k < N; k++) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 8) % N);
+        snprintf(name, sizeof(name), "p%d", i);
+        if (present[i] && (seed >> 4) % 3 == 0) {
+            snprintf(key, sizeof(key), "big/%s", name);
+            CHECK(kinf_shm_store_delete(st, key, strlen(key)) == KINF_OK);
+            present[i] = 0;
+        } else {
+            CHECK(put(st, "big", name, (seed >> 16) % 2 ? "n1" : "n3", "2") == KINF_OK);
+            present[i] = 1;
+        }
+        if (k % 300 == 299) {
+            CHECK(bucket_matches(st, "big", present, N) == 0);
+            kinf_shm_store_flush(st);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "big/p%d", i);
+        CHECK(kinf_shm_store_delete(st, key, strlen(key)) == KINF_OK);
+        present[i] = 0;
+        if (i % 250 == 0)
+            CHECK(bucket_matches(st, "big", present, N) == 0);
+    }
+    CHECK(bucket_matches(st, "big", present, N) == 0);
+    for (int i = 0; i < 70; i++) { /* the log (64 events) moves past the deleted records */
+        CHECK(put(st, "other", "z", "", "1") == KINF_OK);
+        CHECK(kinf_shm_store_delete(st, "other/z", 7) == KINF_OK);
+        kinf_shm_store_flush(st);
+    }
+}
+
+static void a_big_value_is_kept_in_chunks_that_split_and_merge(void)
+{
+    kinf_shm *shm;
+    kinf_shm_store *st = new_store(&shm, 16 << 20);
+    kinf_shm_stats first, second;
+
+    /* The second round ends where the first did (the maps' tables have grown already): no
+     * chunk or bucket leaked, none freed twice. */
+    big_value_round(st, 7);
+    kinf_shm_stats_get(shm, &first);
+    big_value_round(st, 8);
+    kinf_shm_stats_get(shm, &second);
+    CHECK(first.retired <= 2 && second.retired <= 2);
+    CHECK(second.used == first.used);
+    kinf_shm_store_close(st);
+    kinf_shm_close(shm);
 }
 
 static void a_held_record_outlives_its_section_and_the_log(void)
@@ -262,7 +360,7 @@ static void a_dead_holder_is_reaped_and_holds_nothing(void)
 /* ---- churn ---- */
 
 #define NODES 7
-#define PODS 200
+#define PODS 1500 /* the namespace's value: several chunks */
 
 typedef struct churn {
     kinf_shm *shm;
@@ -298,14 +396,14 @@ static int check_buckets(kinf_shm_store *st)
     int bad = 0;
     char node[8];
     for (int k = 0; k < NODES; k++) {
-        const kinf_shm_off *recs;
-        size_t n;
-        uint64_t b;
+        kinf_shm_bucket b;
+        kinf_shm_off off, last = 0;
+        size_t n = 0;
         snprintf(node, sizeof(node), "n%d", k);
-        kinf_shm_store_by_index(st, 1, node, strlen(node), &recs, &n, &b);
-        for (size_t i = 0; i < n; i++) {
+        kinf_shm_store_by_index(st, 1, node, strlen(node), &b);
+        for (size_t i = 0; (off = kinf_shm_bucket_next(&b)) != 0; i++, n++) {
             kinf_shm_view v, prev;
-            kinf_shm_store_view(st, recs[i], &v);
+            kinf_shm_store_view(st, off, &v);
             {
                 kinf_object probe;
                 memset(&probe, 0, sizeof(probe));
@@ -314,10 +412,12 @@ static int check_buckets(kinf_shm_store *st)
                 bad += got.len != strlen(node) || memcmp(got.ptr, node, got.len) != 0;
             }
             if (i > 0) {
-                kinf_shm_store_view(st, recs[i - 1], &prev);
+                kinf_shm_store_view(st, last, &prev);
                 bad += strcmp(prev.key, v.key) >= 0;
             }
+            last = off;
         }
+        bad += n != b.n;
     }
     return bad;
 }
@@ -417,6 +517,7 @@ static void readers_in_processes_survive_a_killed_writer(void)
 
 TEST_MAIN(TEST(writes_indexes_and_logs), TEST(a_successor_attaches_and_retains_what_it_listed),
           TEST(a_full_segment_fails_the_write_and_keeps_the_content),
+          TEST(a_big_value_is_kept_in_chunks_that_split_and_merge),
           TEST(a_held_record_outlives_its_section_and_the_log),
           TEST(a_dead_holder_is_reaped_and_holds_nothing),
           TEST(readers_in_threads_see_consistent_buckets),
