@@ -25,9 +25,10 @@ struct kl_mirror {
     size_t nindexes;
     int took_over;        /* attached to a previous writer's store */
     unsigned long writes, failures, borrowed;
-    unsigned long failures_logged; /* failures up to the last error logged */
-    int failing, recovered;        /* logged failures and no success since / one since */
-    double last_log;
+    unsigned long failures_seen; /* failures up to the last report */
+    int failing;                 /* an error was logged and no recovery since */
+    int wrote;                   /* a write succeeded since the last report */
+    double last_log;             /* of the last error line; 0: none yet */
     size_t swapped_bytes; /* of local records given back since the last trim */
     char last_error[200];
     double last_reap, last_trim;
@@ -106,7 +107,6 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
 static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
 {
     m->failures++;
-    m->recovered = 0;
     kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
                 e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
 }
@@ -170,8 +170,7 @@ kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
         return NULL;
     }
     m->writes++;
-    if (m->failing)
-        m->recovered = 1;
+    m->wrote = 1;
     return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj, note->old);
 }
 
@@ -199,18 +198,23 @@ void kl_mirror_flush(kl_mirror *m, int wrote)
 void kl_mirror_report(lua_State *L, kl_mirror *m)
 {
     double now = kinf_now();
-    if (m->failures > m->failures_logged && (!m->failing || now - m->last_log >= 60)) {
-        char msg[320];
-        snprintf(msg, sizeof(msg), "%s (%lu writes failed so far; the shared cache keeps its "
-                 "last content)", m->last_error, m->failures);
-        kl_log(L, "error", msg);
-        m->failures_logged = m->failures;
-        m->last_log = now;
-        m->failing = 1;
-        m->recovered = 0;
-    } else if (m->failing && m->recovered) {
+    int failed = m->failures > m->failures_seen, wrote = m->wrote;
+    m->failures_seen = m->failures;
+    m->wrote = 0;
+    if (failed) {
+        /* One line at the first failure, then at most one a minute, however often writes
+         * succeed in between (a segment at its limit fails some and passes others). */
+        if (m->last_log == 0 || now - m->last_log >= 60) {
+            char msg[320];
+            snprintf(msg, sizeof(msg), "%s (%lu writes failed so far; the shared cache keeps its "
+                     "last content)", m->last_error, m->failures);
+            kl_log(L, "error", msg);
+            m->last_log = now;
+            m->failing = 1;
+        }
+    } else if (m->failing && wrote) {
         kl_log(L, "info", "shared store: writes succeed again");
-        m->failing = m->recovered = 0;
+        m->failing = 0;
     }
 }
 

@@ -37,8 +37,9 @@ kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note);
 /* After each dispatch (wrote: it popped something): frees what readers can no longer reach,
  * hands the memory of swapped local records back to the system, reaps dead readers. */
 void kl_mirror_flush(kl_mirror *m, int wrote);
-/* Logs failed writes (a full segment): the first at once, then at most one line a minute, and
- * one line when writes succeed again. */
+/* After a dispatch that popped something: logs failed writes (a full segment), the first at once
+ * and then at most one line a minute, and one line when a dispatch's writes all succeed after a
+ * logged failure. */
 void kl_mirror_report(lua_State *L, kl_mirror *m);
 kinf_err kl_mirror_retain(kl_mirror *m);
 /* Sets the mirror's fields in the status table on top of the stack. */

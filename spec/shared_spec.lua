@@ -241,6 +241,21 @@ describe("shared store", function()
     local recovered = false
     for _, l in ipairs(lines) do recovered = recovered or l == "info: shared store: writes succeed again" end
     assert.is_true(recovered, table.concat(lines, "\n"))
+    -- A segment at its limit, failing some dispatches and passing others: counted, and still
+    -- one error line within the minute.
+    local failures = w.proc:status().shared.failures
+    for i = 1, 4 do
+      local p = pod("q" .. i, "n1")
+      p.metadata.annotations = { big = big .. big }
+      w.put(p)
+      w.delete(pod("p" .. (i + 1), "n1"))
+    end
+    assert.is_true(w.proc:status().shared.failures >= failures + 4)
+    errors = 0
+    for _, l in ipairs(lines) do
+      if l:find("the segment is full", 1, true) then errors = errors + 1 end
+    end
+    assert.equal(1, errors, table.concat(lines, "\n"))
   end)
 
   it("wrong arguments raise at the caller's line", function()
