@@ -143,137 +143,141 @@ local function writer_pid(inst)
   end
 end
 
-describe("kinformer.ngx shared model, " .. WORKERS .. " workers", function()
-  local srv, inst, dir
+describe("kinformer.ngx shared model", function()
+  local srv, dir -- one API server and probe folder for both nginx instances
 
   setup(function()
     srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
     dir = os.tmpname()
     os.remove(dir)
     assert(os.execute("mkdir " .. dir))
-    inst = start_nginx(srv, dir, "shared_probe", PROBE, WORKERS)
-    converge(srv, inst, 10, "the first sync")
   end)
 
   teardown(function()
-    if srv then srv:churn(0) end
-    if inst then inst:stop() end
     if srv then srv:stop() end
     if dir then os.execute("rm -rf " .. dir) end
   end)
 
-  it("every worker's store and handlers follow the server under churn", function()
-    srv:churn(300)
-    sleep(2)
-    srv:churn(0)
-    local d = converge(srv, inst, 10, "after churn")
-    local _, one = next(d)
-    assert.is_true(one.status.events > 0)
-    assert.equals(0, one.status.segment.alloc_failures)
-  end)
+  describe(WORKERS .. " workers", function()
+    local inst
 
-  it("survives SIGKILL of the writer mid-churn: a respawned writer takes over", function()
-    local victim = writer_pid(inst)
-    assert.is_not_nil(victim, "no process runs the informer")
-    srv:churn(300)
-    sleep(0.7)
-    assert(os.execute("kill -9 " .. victim))
-    sleep(1.5)
-    srv:churn(0)
-    converge(srv, inst, 15, "after the writer was killed")
-    local st = cjson.decode((select(2, openresty.get(inst.port, "localhost", "/dump"))))
-    assert.is_true(st.status.segment.takeovers >= 1)
-    assert.is_not.equals(victim, writer_pid(inst))
-  end)
+    setup(function()
+      inst = start_nginx(srv, dir, "shared_probe", PROBE, WORKERS)
+      converge(srv, inst, 10, "the first sync")
+    end)
 
-  it("serves through a reload mid-churn; the new workers converge on a new segment", function()
-    srv:churn(300)
-    sleep(0.5)
-    inst:reload()
-    sleep(1)
-    srv:churn(0)
-    converge(srv, inst, 15, "after the reload")
-  end)
+    teardown(function()
+      srv:churn(0)
+      if inst then inst:stop() end
+    end)
 
-  it("serves through a binary upgrade (USR2, then QUIT of the old master) mid-churn", function()
-    local old, new = inst.pid, nil
-    srv:churn(300)
-    assert(os.execute("kill -USR2 " .. old))
-    local deadline = now() + 10
-    repeat
-      sleep(0.05)
-      local f = io.open(inst.prefix .. "/logs/nginx.pid")
-      if f then
-        new = tonumber(f:read("a"))
-        f:close()
+    it("every worker's store and handlers follow the server under churn", function()
+      srv:churn(300)
+      sleep(2)
+      srv:churn(0)
+      local d = converge(srv, inst, 10, "after churn")
+      local _, one = next(d)
+      assert.is_true(one.status.events > 0)
+      assert.equals(0, one.status.segment.alloc_failures)
+    end)
+
+    it("survives SIGKILL of the writer mid-churn: a respawned writer takes over", function()
+      local victim = writer_pid(inst)
+      assert.is_not_nil(victim, "no process runs the informer")
+      srv:churn(300)
+      sleep(0.7)
+      assert(os.execute("kill -9 " .. victim))
+      sleep(1.5)
+      srv:churn(0)
+      converge(srv, inst, 15, "after the writer was killed")
+      local st = cjson.decode((select(2, openresty.get(inst.port, "localhost", "/dump"))))
+      assert.is_true(st.status.segment.takeovers >= 1)
+      assert.is_not.equals(victim, writer_pid(inst))
+    end)
+
+    it("serves through a reload mid-churn; the new workers converge on a new segment", function()
+      srv:churn(300)
+      sleep(0.5)
+      inst:reload()
+      sleep(1)
+      srv:churn(0)
+      converge(srv, inst, 15, "after the reload")
+    end)
+
+    it("serves through a binary upgrade (USR2, then QUIT of the old master) mid-churn", function()
+      local old, new = inst.pid, nil
+      srv:churn(300)
+      assert(os.execute("kill -USR2 " .. old))
+      local deadline = now() + 10
+      repeat
+        sleep(0.05)
+        local f = io.open(inst.prefix .. "/logs/nginx.pid")
+        if f then
+          new = tonumber(f:read("a"))
+          f:close()
+        end
+      until (new and new ~= old) or now() > deadline
+      assert.is_true(new ~= nil and new ~= old, "no new master after USR2")
+      sleep(1) -- both generations serve: the new one from its own segment
+      dumps(inst)
+      assert(os.execute("kill -QUIT " .. old))
+      deadline = now() + 10
+      while os.execute("kill -0 " .. old .. " 2>/dev/null") and now() < deadline do sleep(0.05) end
+      inst.pid = new
+      srv:churn(0)
+      converge(srv, inst, 15, "after the binary upgrade")
+    end)
+
+    it("logged no error and no crash but the one SIGKILL", function()
+      local log = inst:log()
+      for _, bad in ipairs{ "%[emerg%]", "%[alert%]", "%[crit%]", "%[error%]", "core dumped" } do
+        local line = log:match("[^\n]*" .. bad .. "[^\n]*")
+        -- the SIGKILL'ed worker is reported by the master at [alert]
+        if line and not line:find("exited on signal 9", 1, true) then
+          assert.is_nil(line, "error log: " .. line)
+        end
       end
-    until (new and new ~= old) or now() > deadline
-    assert.is_true(new ~= nil and new ~= old, "no new master after USR2")
-    sleep(1) -- both generations serve: the new one from its own segment
-    dumps(inst)
-    assert(os.execute("kill -QUIT " .. old))
-    deadline = now() + 10
-    while os.execute("kill -0 " .. old .. " 2>/dev/null") and now() < deadline do sleep(0.05) end
-    inst.pid = new
-    srv:churn(0)
-    converge(srv, inst, 15, "after the binary upgrade")
+      assert.equals(1, select(2, log:gsub("exited on signal 9", "")))
+    end)
   end)
 
-  it("logged no error and no crash but the one SIGKILL", function()
-    local log = inst:log()
-    for _, bad in ipairs{ "%[emerg%]", "%[alert%]", "%[crit%]", "%[error%]", "core dumped" } do
-      local line = log:match("[^\n]*" .. bad .. "[^\n]*")
-      -- the SIGKILL'ed worker is reported by the master at [alert]
-      if line and not line:find("exited on signal 9", 1, true) then
-        assert.is_nil(line, "error log: " .. line)
+  describe("a privileged agent as the writer (process type faked), 3 workers", function()
+    local inst
+
+    setup(function()
+      inst = start_nginx(srv, dir, "agent_probe", AGENT_PROBE, 3)
+    end)
+
+    teardown(function()
+      srv:churn(0)
+      if inst then inst:stop() end
+    end)
+
+    it("the agent mirrors, the workers read and follow, also after the agent was killed", function()
+      local d = converge(srv, inst, 10, "the first sync")
+      local agent
+      for pid, one in pairs(d) do
+        if one.role == "agent" then
+          agent = pid
+          assert.is_nil(next(one.store)) -- it reads nothing and runs no handler
+          assert.is_nil(next(one.handled))
+        end
       end
-    end
-    assert.equals(1, select(2, log:gsub("exited on signal 9", "")))
-  end)
-end)
-
-describe("kinformer.ngx shared model with a privileged agent (process type faked)", function()
-  local srv, inst, dir
-
-  setup(function()
-    srv = fake.start{ args = { "--sample-cluster" }, quiet = true }
-    dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir " .. dir))
-    inst = start_nginx(srv, dir, "agent_probe", AGENT_PROBE, 3)
-  end)
-
-  teardown(function()
-    if srv then srv:churn(0) end
-    if inst then inst:stop() end
-    if srv then srv:stop() end
-    if dir then os.execute("rm -rf " .. dir) end
-  end)
-
-  it("the agent mirrors, the workers read and follow, also after the agent was killed", function()
-    local d = converge(srv, inst, 10, "the first sync")
-    local agent
-    for pid, one in pairs(d) do
-      if one.role == "agent" then
-        agent = pid
-        assert.is_nil(next(one.store)) -- it reads nothing and runs no handler
-        assert.is_nil(next(one.handled))
-      end
-    end
-    assert.is_not_nil(agent, "no process took the agent's role")
-    assert.equals(agent, writer_pid(inst))
-    srv:churn(300)
-    sleep(0.7)
-    assert(os.execute("kill -9 " .. agent))
-    sleep(1.5)
-    srv:churn(0)
-    d = converge(srv, inst, 15, "after the agent was killed")
-    local _, worker = next(d)
-    if worker.role == "agent" then _, worker = next(d, _) end
-    assert.is_true(worker.status.segment.takeovers >= 1)
-    assert.is_not.equals(agent, writer_pid(inst))
-    local log = inst:log()
-    assert.is_nil(log:match("[^\n]*%[error%][^\n]*"))
-    assert.matches("started 1 informer%(s%) in agent %(model shared", log)
+      assert.is_not_nil(agent, "no process took the agent's role")
+      assert.equals(agent, writer_pid(inst))
+      srv:churn(300)
+      sleep(0.7)
+      assert(os.execute("kill -9 " .. agent))
+      sleep(1.5)
+      srv:churn(0)
+      d = converge(srv, inst, 15, "after the agent was killed")
+      local _, worker = next(d)
+      if worker.role == "agent" then _, worker = next(d, _) end
+      assert.is_true(worker.status.segment.takeovers >= 1)
+      assert.is_not.equals(agent, writer_pid(inst))
+      local log = inst:log()
+      assert.is_nil(log:match("[^\n]*%[error%][^\n]*"))
+      assert.matches("started 1 informer%(s%) in agent %(model shared", log)
+    end)
   end)
 end)
