@@ -473,8 +473,8 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
     total = (old ? old->n : 0) - (size_t)found + (rec != 0);
     if (total == 0)
         return KINF_OK; /* the value goes away */
-    /* A chunk a removal left small joins a neighbour that has room: chunks stay at least a
-     * quarter full, so the bucket's array stays short. */
+    /* A chunk a removal left under a quarter full joins a neighbour that has room for it,
+     * which keeps the bucket's array short. */
     if (n > 0 && n < CHUNK_MAX / 4 && nchunks > 1) {
         int next = ci + 1 < nchunks;
         const shm_chunk *nb = CHK(st, old->chunks[next ? ci + 1 : ci - 1]);
