@@ -322,7 +322,9 @@ end
 -- (kinformer.client(client): nil = kubeconfig / in-cluster) and the informers
 -- (client:informer(opts) for each name), calls setup(informers_by_name, client) to add indexers
 -- and handlers, starts them and the dispatch timer; elsewhere it only records the model.
---   interval        seconds between dispatch ticks (staleness bound of the cache: one interval)
+--   interval        seconds between dispatch ticks (staleness bound of the cache: one interval;
+--                   shared model: every process ticks four times per interval, a change reaches
+--                   every worker within half of it plus the work)
 --   batch, budget   keys per dispatch call (a key may carry many queued changes), and seconds of
 --                   dispatching per tick: the rest continues in a zero-delay timer, so requests
 --                   get served in between
