@@ -922,7 +922,7 @@ end
 -- of the run that produced bench/RESULTS.md; shown only for the targets missed in this run.
 local FIXES = {
   ["S1-floor"] = [[
-**S1, kinformer against the curl floor (missed: about 2.4-2.8x instead of 2x).** curl only
+**S1, kinformer against the curl floor (missed: about 2.3-3.3x instead of 2x).** curl only
 receives; kinformer's sync is bounded by its scanner thread, busy about 0.5 CPU s of the ~0.8 s
 sync of 100k pods in the profile above: 0.3 s scanning (`kinf_scanner_feed`) and 0.2 s in the
 kernel allocating the ~525 MB of record pages (each 4 KiB page's memory-cgroup charge, LRU
