@@ -322,11 +322,7 @@ static void reset_caches(lua_State *L, int uv)
         lua_newtable(L);
         lua_rawseti(L, uv, t);
     }
-    lua_createtable(L, 2, 0); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
-    lua_newtable(L);
-    lua_rawseti(L, -2, 1);
-    lua_newtable(L);
-    lua_rawseti(L, -2, 2);
+    kl_results_new(L); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
     lua_rawseti(L, uv, UV_RESULTS);
 }
 
