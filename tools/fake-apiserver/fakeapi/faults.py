@@ -5,6 +5,7 @@ subset of query parameters; the first active matching rule is consumed (times -1
 and its action decides what the client sees. See docs/fake-apiserver.md for the format.
 """
 
+import json
 import re
 import threading
 
@@ -12,11 +13,12 @@ from .objects import DEFAULT_MESSAGES, DEFAULT_REASONS, bad_request
 
 ACTIONS = ("status", "drop", "reset", "drop_mid_line", "reset_mid_line", "truncated_chunk",
            "stall", "malformed_line", "oversized", "close_immediately", "error_event",
-           "duplicate_event", "out_of_order", "restart")
+           "duplicate_event", "out_of_order", "restart", "respond")
 # Watch faults that act on the next line to send (rather than between lines).
 LINE_FAULTS = ("drop_mid_line", "reset_mid_line", "truncated_chunk", "duplicate_event",
                "out_of_order")
-_PARAMS = ("status", "code", "reason", "message", "retry_after", "seconds", "bytes", "restore")
+_PARAMS = ("status", "code", "reason", "message", "retry_after", "seconds", "bytes", "restore",
+           "body")
 
 
 class Fault:
@@ -30,9 +32,11 @@ class Fault:
         self.message = params.get("message") or DEFAULT_MESSAGES.get(
             self.code, "injected fault (%d %s)" % (self.code, self.reason))
         self.retry_after = params.get("retry_after")
-        self.seconds = float(params.get("seconds", 5 if kind == "restart" else 10))
+        self.seconds = float(params.get("seconds", {"restart": 5, "respond": 0}.get(kind, 10)))
         self.restore = bool(params.get("restore"))
         self.bytes = int(params.get("bytes", 20 * 1024 * 1024))
+        body = params.get("body", "")
+        self.body = (body if isinstance(body, str) else json.dumps(body)).encode("utf-8")
 
     def __repr__(self):
         return "<Fault %s after %d>" % (self.kind, self.after_events)
@@ -57,6 +61,8 @@ class Rule:
         if isinstance(action, dict):
             params.update({k: v for k, v in action.items() if k != "type"})
             kind = action.get("type")
+            if kind == "respond":
+                params.setdefault("code", 200)
             if kind is None and ("status" in action or "code" in action):
                 kind = "status"
         else:

@@ -358,10 +358,12 @@ class App:
             self.authz.authorize(x, auth, user, is_watch)
             x.warnings = self.warnings.for_request(x.method, x.path)
             x.fault = self.faults.take(x.method, x.path, x.query, is_watch)
+            answered = False
             if x.fault is not None:
                 self.log("fault %s on %s %s", x.fault.kind, x.method, h.path)
-                self.pre_fault(x, is_watch)
-            self.route(x)
+                answered = self.pre_fault(x, is_watch)
+            if not answered:
+                self.route(x)
         except ApiError as e:
             if x.started:  # too late for a status: the client sees a cut stream
                 h.close_connection = True
@@ -475,6 +477,13 @@ class App:
             x.sleep(f.seconds)
         if f.kind == "close_immediately" and not is_watch:
             x.abort()
+        if f.kind == "respond":  # a body of the rule's choosing, in place of the real answer
+            x.fault = None
+            if f.seconds > 0:
+                x.sleep(f.seconds)
+            x.send_bytes(f.code, f.body)
+            return True
+        return False
 
     # -- routing -----------------------------------------------------------------------------
 
