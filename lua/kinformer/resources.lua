@@ -14,7 +14,7 @@
 -- - build(mapping, namespace) -> the same table for a resolved { group, version, resource,
 --   namespaced [, kind] } | nil, err, "EINVAL" (a bad namespace, or one for a cluster-scoped
 --   resource).
-local type, tostring, pairs = type, tostring, pairs
+local type, tostring, pairs, ipairs = type, tostring, pairs, ipairs
 
 local _M = {}
 
@@ -78,17 +78,57 @@ function _M.api_version(s)
   return "", s
 end
 
-function _M.build(m, ns)
-  if ns ~= nil and (type(ns) ~= "string" or ns:find("/", 1, true)) then
-    return nil, "namespace must be a string without '/'", "EINVAL"
+--- resources.path_segment_error(s) -> nil when s may be one segment of a URL path, else why not.
+-- The rule of client-go's IsValidPathSegmentName: not "." or ".." (an HTTP client folds them,
+-- so "prod/.." would name the namespace "prod"), no '/' or '%'; and no control character (a NUL
+-- would end the path where C reads it). Everything else is percent-escaped by escape_segment.
+function _M.path_segment_error(s)
+  if type(s) ~= "string" then return "must be a string, got " .. type(s) end
+  if s == "" then return "must not be empty" end
+  if s == "." or s == ".." then return ("may not be %q"):format(s) end
+  local bad = s:match("[/%%%c]")
+  if bad then return ("may not contain %q"):format(bad) end
+  return nil
+end
+
+--- resources.escape_segment(s) -> s with every byte outside RFC 3986's unreserved set escaped.
+function _M.escape_segment(s)
+  return (s:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+
+--- resources.namespace_error(ns) -> nil for a possible namespace name, else why not. A namespace
+-- is a DNS-1123 label (what the API server accepts when it creates one): no other name can
+-- exist, so any other is refused before a request is made.
+function _M.namespace_error(ns)
+  if type(ns) ~= "string" then return "must be a string, got " .. type(ns) end
+  if #ns > 63 or not ns:match("^[a-z0-9]$") and not ns:match("^[a-z0-9][a-z0-9%-]*[a-z0-9]$") then
+    return ("%q is not a namespace name (lowercase letters, digits and '-', at most 63, "
+      .. "starting and ending alphanumeric)"):format(ns)
   end
+  return nil
+end
+
+function _M.build(m, ns)
   if ns == "" then ns = nil end
+  if ns ~= nil then
+    local why = _M.namespace_error(ns)
+    if why then return nil, "namespace " .. why, "EINVAL" end
+  end
   if ns and not m.namespaced then
     return nil, ("%s is cluster-scoped: it takes no namespace"):format(m.resource), "EINVAL"
   end
   local group, version = m.group, m.version
-  local path = (group == "" and "/api/" .. version or "/apis/" .. group .. "/" .. version)
-    .. (ns and "/namespaces/" .. ns or "") .. "/" .. m.resource
+  for _, f in ipairs{ "version", "resource" } do
+    local why = _M.path_segment_error(m[f])
+    if why then return nil, ("resource %s %s"):format(f, why), "EINVAL" end
+  end
+  if group ~= "" then
+    local why = _M.path_segment_error(group)
+    if why then return nil, "resource group " .. why, "EINVAL" end
+  end
+  local esc = _M.escape_segment
+  local path = (group == "" and "/api/" .. esc(version) or "/apis/" .. esc(group) .. "/" .. esc(version))
+    .. (ns and "/namespaces/" .. ns or "") .. "/" .. esc(m.resource)
   return { group = group, version = version, resource = m.resource, kind = m.kind,
            namespaced = m.namespaced, namespace = ns, path = path }
 end
