@@ -85,6 +85,10 @@ local function check_types(opts)
   if opts.connect_timeout ~= nil and not (opts.connect_timeout >= 0) then
     raise(1, "client", "option 'connect_timeout' must be >= 0")
   end
+  if opts.insecure_skip_tls_verify and (opts.ca_file ~= nil or opts.ca_data ~= nil) then
+    raise(1, "client", "option 'insecure_skip_tls_verify' cannot be combined with 'ca_file' or "
+      .. "'ca_data' (client-go refuses it too: which one was meant?)")
+  end
 end
 
 local function from_options(opts)
