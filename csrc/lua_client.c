@@ -351,7 +351,7 @@ static int c_request(lua_State *L)
         req.content_type = luaL_checkstring(L, 5);
     }
     req.timeout = luaL_optnumber(L, 6, 0);
-    if (req.timeout < 0)
+    if (!(req.timeout >= 0)) /* NaN too */
         return luaL_argerror(L, 6, "timeout must be >= 0");
     if (!lua_isnoneornil(L, 7)) {
         lua_Number max = luaL_checknumber(L, 7);

@@ -262,7 +262,7 @@ static int f_pop(lua_State *L)
         luaL_checktype(L, 2, LUA_TFUNCTION);
     if (!lua_isnoneornil(L, 3)) {
         timeout = luaL_checknumber(L, 3);
-        if (timeout < 0)
+        if (!(timeout >= 0)) /* NaN too: it would never time out */
             kl_argerror(L, 2, "pop", "timeout must be >= 0 seconds, got %f", timeout);
     }
     lua_settop(L, 3);

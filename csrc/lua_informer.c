@@ -531,7 +531,13 @@ static int l_wait(lua_State *L)
         pfd[n].revents = 0;
         n++;
     }
-    ms = timeout <= 0 ? 0 : (int)(timeout * 1000.0 + 0.999);
+    /* NaN or <= 0: do not wait; past ~23 days: the longest poll takes (never UB in the cast) */
+    if (!(timeout > 0))
+        ms = 0;
+    else if (timeout >= 2.0e6)
+        ms = 2000000000;
+    else
+        ms = (int)(timeout * 1000.0 + 0.999);
     if (catching && caught != 0)
         rc = 0;
     else

@@ -59,7 +59,7 @@ local function check_options(client, opts)
     end
   end
   local resync = opts.resync
-  if resync ~= nil and (type(resync) ~= "number" or resync < 0) then
+  if resync ~= nil and not (type(resync) == "number" and resync >= 0) then
     raise(1, "informer", "option 'resync' must be a number of seconds >= 0")
   end
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
@@ -229,7 +229,7 @@ end
 --- informer:dispatch(max) -> n: processes up to max queued items (default 100) without blocking
 -- and runs the handlers; returns how many it processed (0: nothing was pending).
 function Informer:dispatch(max)
-  if max ~= nil and (type(max) ~= "number" or max < 1) then
+  if max ~= nil and not (type(max) == "number" and max >= 1) then
     raise(1, "dispatch", "a number >= 1 expected")
   end
   max = max or 100
@@ -285,7 +285,7 @@ function Informer:add_handler(h)
   end
   local resync = h.resync
   if resync == nil then resync = self._default_resync end
-  if type(resync) ~= "number" or resync < 0 then
+  if not (type(resync) == "number" and resync >= 0) then
     raise(1, "add_handler", "resync must be a number of seconds >= 0")
   end
   if resync > 0 then
@@ -456,7 +456,7 @@ end
 --- informer:wait_for_sync(timeout) -> true | nil, err. Dispatches while it waits (handlers run);
 -- err says why it is not synced (e.g. "... 403 Forbidden: pods is forbidden ...").
 function Informer:wait_for_sync(timeout)
-  if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
+  if timeout ~= nil and not (type(timeout) == "number" and timeout >= 0) then
     raise(1, "wait_for_sync", "number of seconds >= 0 expected")
   end
   if not self._started then
@@ -530,7 +530,7 @@ function _M.run(informers, opts)
   opts = opts or {}
   if type(opts) ~= "table" then raise(2, "run", "table expected") end
   local timeout, done = opts.timeout, opts.done
-  if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
+  if timeout ~= nil and not (type(timeout) == "number" and timeout >= 0) then
     raise(2, "run", "timeout must be a number of seconds >= 0")
   end
   if done ~= nil and type(done) ~= "function" then

@@ -180,7 +180,7 @@ end
 -- synced. For scripts that report "started" before they compete for the lease; step / run do
 -- not need it.
 function Manager:wait_for_sync(timeout)
-  if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
+  if timeout ~= nil and not (type(timeout) == "number" and timeout >= 0) then
     raise(1, "wait_for_sync", "number of seconds >= 0 expected")
   end
   local ok, err, code = self:start()

@@ -104,7 +104,7 @@ function _M.shared_memory(size)
     local mult = ({ [""] = 1, k = 1024, m = 1024 ^ 2, g = 1024 ^ 3 })[(unit or ""):lower()]
     bytes = n and mult and tonumber(n) * mult
   end
-  if type(bytes) ~= "number" or bytes < 65536 then
+  if not (type(bytes) == "number" and bytes >= 65536 and bytes < math.huge) then
     raise(1, "shared_memory", "size must be at least 64k (bytes, or \"256m\"), got " ..
       tostring(size))
   end
