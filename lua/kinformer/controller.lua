@@ -25,6 +25,7 @@ local argcheck = require "kinformer.argcheck"
 local clock = require "kinformer.clock"
 local predicates = require "kinformer.predicates"
 local workqueue = require "kinformer.workqueue"
+local resources = require "kinformer.resources"
 
 local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable = type, tostring,
   tonumber, pairs, ipairs, pcall, setmetatable
@@ -134,6 +135,40 @@ local function passes(self, src, ev)
   return true
 end
 
+-- One key a map returned ("ns/name", "name" or { namespace =, name = }) -> the primary's key, or
+-- nil, why when it cannot name a primary: a namespaced primary needs a namespace, a
+-- cluster-scoped one none, and both parts must be names the API server could have given.
+local function map_key(self, k)
+  local ns, name
+  if type(k) == "string" then
+    ns, name = k:match("^([^/]*)/(.*)$")
+    if not ns then name = k end
+    if ns == "" then return nil, ("%q has an empty namespace"):format(k) end
+  elseif type(k) == "table" then
+    local ok
+    ok, ns, name = pcall(function() return k.namespace, k.name end)
+    if not ok then return nil, "reading the key table raised" end
+    if ns ~= nil and type(ns) ~= "string" then return nil, "namespace is a " .. type(ns) end
+    if type(name) ~= "string" then return nil, "name is a " .. type(name) end
+    if ns == "" then ns = nil end
+  else
+    return nil, "a " .. type(k) .. " (a string or { namespace =, name = } expected)"
+  end
+  local why = resources.path_segment_error(name)
+  if why then return nil, ("name %q %s"):format(name, why) end
+  if ns then
+    why = resources.namespace_error(ns)
+    if why then return nil, "namespace " .. why end
+  end
+  if self.namespaced and not ns then
+    return nil, ("%q has no namespace (%s is namespaced)"):format(name, self.resource)
+  elseif self.namespaced == false and ns then
+    return nil, ("%q has a namespace (%s is cluster-scoped)"):format(ns .. "/" .. name,
+      self.resource)
+  end
+  return ns and (ns .. "/" .. name) or name
+end
+
 -- The keys src maps obj (a cached object, or nil for a tombstone without one) to.
 local function keys_of(self, src, obj, tomb_key)
   if src.kind == "primary" then
@@ -153,7 +188,7 @@ local function keys_of(self, src, obj, tomb_key)
     return {}
   end
   if res == nil then return {} end
-  if type(res) == "string" then return { res } end
+  if type(res) == "string" then res = { res } end
   if type(res) ~= "table" then
     self.source_errors = self.source_errors + 1
     core.log("error", string_format("controller %s: map of %s returned a %s (a list of keys " ..
@@ -162,11 +197,18 @@ local function keys_of(self, src, obj, tomb_key)
   end
   local keys = {}
   for _, k in ipairs(res) do
-    if type(k) == "table" then
-      k = (k.namespace and k.namespace ~= "") and (k.namespace .. "/" .. tostring(k.name))
-        or tostring(k.name)
+    local key, why = map_key(self, k)
+    if key then
+      keys[#keys + 1] = key
+    else
+      self.source_errors = self.source_errors + 1
+      if not src.bad_key_logged then -- once per source: a broken map would flood the log
+        src.bad_key_logged = true
+        core.log("error", string_format("controller %s: map of %s returned an invalid key: %s "
+          .. "(dropped; further invalid keys are dropped and counted in source_errors)",
+          self.name, src.resource, why))
+      end
     end
-    if type(k) == "string" and k ~= "" then keys[#keys + 1] = k end
   end
   return keys
 end
@@ -384,7 +426,7 @@ function Controller:process(key, recorder)
       err = r1 == nil and "reconcile raised nil" or r1
     elseif r1 == nil and r2 ~= nil then
       err = r2
-    elseif type(r1) == "number" and r1 == r1 and r1 >= 0 then
+    elseif type(r1) == "number" and r1 >= 0 and r1 < math.huge then
       q:forget(key)
       if r1 > 0 then
         q:add_after(key, r1)
@@ -395,6 +437,9 @@ function Controller:process(key, recorder)
       end
     elseif r1 == nil or r1 == true then
       result = "success"
+    elseif type(r1) == "number" then
+      err = ("reconcile returned %s: a requeue delay must be a finite number of seconds >= 0")
+        :format(r1 ~= r1 and "NaN" or tostring(r1))
     else
       err = "reconcile returned a " .. type(r1) .. " (nothing, a number of seconds, or nil, err " ..
         "expected)"
