@@ -23,6 +23,7 @@ struct kl_mirror {
     rstate *rs;           /* the writer as a reader: the local store's records borrow from it */
     kinf_store *local;    /* one reference */
     size_t nindexes;
+    int root;             /* the segment's root slot this mirror writes */
     int took_over;        /* attached to a previous writer's store */
     unsigned long writes, failures, borrowed;
     unsigned long failures_seen; /* failures up to the last report */
@@ -53,6 +54,13 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
     }
     for (size_t i = 0; i < n; i++)
         names[i] = kinf_store_index_name(local, i);
+    /* Two mirrors of one store would interleave their objects, and one's retain would drop the
+     * other's. Claimed here, given back by kl_mirror_close (this thread only: no race). */
+    if (atomic_load(&ls->seg->mirrored) & (1u << root)) {
+        kinf_errmsg(msg, msglen, "another informer already mirrors into slot %d", root + 1);
+        *err = KINF_EBUSY;
+        return NULL;
+    }
     claim = kinf_shm_claim_writer(shm, (int)getpid());
     if (claim == KINF_EBUSY) {
         kinf_errmsg(msg, msglen, "another live process writes this segment");
@@ -88,8 +96,10 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
     }
     m->seg = ls->seg;
     atomic_fetch_add(&m->seg->refs, 1);
+    atomic_fetch_or(&m->seg->mirrored, 1u << root);
     m->local = kinf_store_ref(local);
     m->nindexes = n;
+    m->root = root;
     /* The local store keeps its objects in the segment too (borrowed records): without a reader
      * slot, or a second handle, it keeps its own copies. */
     m->rs = kl_rstate_new(m->seg, root);
@@ -262,6 +272,7 @@ void kl_mirror_close(kl_mirror *m)
     kinf_shm_store_flush(m->st);
     kinf_shm_store_close(m->st);
     kinf_shm_release_writer(m->seg->shm, (int)getpid());
+    atomic_fetch_and(&m->seg->mirrored, ~(1u << m->root));
     kinf_store_unref(m->local);
     kl_rstate_unref(m->rs); /* the local store's borrowed records keep it until they go */
     kl_seg_unref(m->seg);

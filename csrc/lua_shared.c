@@ -110,6 +110,7 @@ int kl_new_shm(lua_State *L)
     if (ls->seg == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
     atomic_init(&ls->seg->refs, 1);
+    atomic_init(&ls->seg->mirrored, 0);
     ls->seg->shm = kinf_shm_create((size_t)size, &err);
     if (ls->seg->shm == NULL) {
         free(ls->seg);

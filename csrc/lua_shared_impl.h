@@ -20,6 +20,7 @@
 typedef struct segref {
     kinf_shm *shm;
     atomic_long refs;
+    atomic_uint mirrored; /* bit i: a mirror of this process writes the store at root i */
 } segref;
 
 typedef struct hold {
