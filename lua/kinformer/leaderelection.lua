@@ -132,12 +132,25 @@ local function same_spec(a, b)
     and a.leaseDurationSeconds == b.leaseDurationSeconds
 end
 
+local function of_type(v, t) if type(v) == t then return v end end
+
+-- A Lease's spec as this file reads it: each field of its type or nil. A holderIdentity of
+-- another type (only a broken server sends one) is a holder that is not us, named by its type.
+local function clean_spec(spec)
+  local holder = spec.holderIdentity
+  if holder ~= nil and type(holder) ~= "string" and type(holder) ~= "userdata" then -- userdata: null
+    holder = "(a holderIdentity of type " .. type(holder) .. ")"
+  end
+  return { holderIdentity = of_type(holder, "string"), renewTime = of_type(spec.renewTime, "string"),
+           acquireTime = of_type(spec.acquireTime, "string"),
+           leaseTransitions = of_type(spec.leaseTransitions, "number"),
+           leaseDurationSeconds = of_type(spec.leaseDurationSeconds, "number") }
+end
+
 local function observe(self, lease, spec, now)
-  spec = { rv = type(lease) == "table" and type(lease.metadata) == "table"
-             and lease.metadata.resourceVersion or nil,
-           holderIdentity = spec.holderIdentity, renewTime = spec.renewTime,
-           acquireTime = spec.acquireTime, leaseTransitions = spec.leaseTransitions,
-           leaseDurationSeconds = spec.leaseDurationSeconds }
+  spec = clean_spec(spec)
+  spec.rv = type(lease) == "table" and type(lease.metadata) == "table"
+    and of_type(lease.metadata.resourceVersion, "string") or nil
   if not same_spec(self.observed, spec) then
     self.observed, self.observed_time = spec, now
   end
@@ -178,6 +191,7 @@ local function try_acquire_or_renew(self, now)
   end
   local spec = type(lease.spec) == "table" and lease.spec or {}
   observe(self, lease, spec, now)
+  spec = clean_spec(spec)
   local holder = spec.holderIdentity
   if holder == "" then holder = nil end
   local lease_seconds = tonumber(spec.leaseDurationSeconds) or self.lease_duration
