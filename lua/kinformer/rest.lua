@@ -39,7 +39,7 @@ local raise = argcheck.raise
 
 local DEFAULT_TIMEOUT = 30 -- seconds for a whole call, retries included (csrc/request.h's too)
 
-local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
+local type, tostring, ipairs, pairs, next = type, tostring, ipairs, pairs, next
 local setmetatable, getmetatable = setmetatable, getmetatable
 local concat = table.concat
 local encode = core.encode
@@ -107,9 +107,7 @@ local function check_opts(fname, n, opts)
   return opts
 end
 
-local function escape(s)
-  return (s:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
-end
+local escape = resources.escape_segment
 
 local function query(params)
   if #params == 0 then return "" end
@@ -145,13 +143,20 @@ local function split_name(fname, n, name)
     raise(n, fname, "name or \"namespace/name\" key expected, got " .. type(name))
   end
   local ns, nm = name:match("^([^/]*)/([^/]+)$")
-  if ns then return ns ~= "" and ns or nil, nm end
-  if name:find("/", 1, true) then raise(n, fname, "malformed key " .. name) end
-  return nil, name
+  if not ns then
+    if name:find("/", 1, true) then raise(n, fname, ("malformed key %q"):format(name)) end
+    nm = name
+  end
+  if ns == "" then ns = nil end
+  return ns, nm
 end
 
 -- The path of one object (and subresource) of a resource | nil, err for an unknown resource.
+-- Raises for a name that is not one path segment (the object's name is argument #2 of every
+-- call that names an object).
 local function object_path(self, fname, resource, ns, name, opts, sub)
+  local why = resources.path_segment_error(name)
+  if why then raise(2, fname, ("name %q %s"):format(name, why)) end
   local probe, err = resolve(self, fname, resource, nil, opts.api_version)
   if not probe then return nil, err end
   if probe.namespaced then
@@ -176,9 +181,9 @@ local function decode_ok(body, method, path)
   return v
 end
 
--- One call: throttled, retried after a Retry-After (kinformer.flowcontrol) -> decoded body |
--- nil, err
-local function call(self, method, path, body, ctype, opts)
+-- One call: throttled, retried after a Retry-After (kinformer.flowcontrol) -> decoded body, nil,
+-- the body's text | nil, err
+local function call_with_body(self, method, path, body, ctype, opts)
   local core_client, flow = self._core, self._flow
   local budget = opts.timeout
   if budget == nil or budget <= 0 then budget = DEFAULT_TIMEOUT end
@@ -197,7 +202,10 @@ local function call(self, method, path, body, ctype, opts)
                              reason = code == "ETOOBIG" and "ResponseTooLarge" or "Transport",
                              message = ("%s %s: %s"):format(method, path, resp) }
     end
-    if status >= 200 and status < 300 then return decode_ok(resp, method, path) end
+    if status >= 200 and status < 300 then
+      local v, err = decode_ok(resp, method, path)
+      return v, err, resp
+    end
     local left = budget - (clock.now() - t0)
     local wait = flow:retry_wait(status, retry_after, retries, left)
     if wait == nil then
@@ -209,6 +217,12 @@ local function call(self, method, path, body, ctype, opts)
     flow:before_retry(wait, status, method, path, retries)
     timeout = left - wait -- the retry gets what is left of the call's timeout
   end
+end
+
+-- call_with_body without the body's text.
+local function call(self, method, path, body, ctype, opts)
+  local v, err = call_with_body(self, method, path, body, ctype, opts)
+  return v, err
 end
 
 --- kinformer.rest.observe(client, fn | nil): fn(method, code, seconds) after every HTTP request
@@ -248,12 +262,58 @@ function _M.get(self, resource, name, opts)
   return call(self, "GET", path .. query(params), nil, nil, opts)
 end
 
+-- A list response's items as an array, or nil, err for a body that is not a list: no items, or
+-- items that are not an array. "items": null is an empty list, as client-go reads it.
+local function list_items(page, path, body)
+  local function bad(what)
+    return nil, new_error{ code = 0, reason = "InvalidResponse", method = "GET", path = path,
+                           message = ("GET %s: the response is not a list (%s)"):format(path, what) }
+  end
+  if type(page) ~= "table" then return bad("a JSON " .. type(page)) end
+  if page[1] ~= nil then return bad("a JSON array") end
+  local items = page.items
+  if items == nil then
+    return bad(type(page.kind) == "string" and ("a " .. page.kind .. " without items")
+               or "no items")
+  end
+  if items == cjson.null then return {} end
+  if type(items) ~= "table" then return bad("items is a " .. type(items)) end
+  local k = next(items)
+  -- lua-cjson decodes {} and [] alike: an empty object is told apart in the text
+  if (k ~= nil and type(k) ~= "number") or (k == nil and body:find('"items"%s*:%s*{')) then
+    return bad("items is an object")
+  end
+  return items
+end
+
+local function page_token(page, path)
+  local md = page.metadata
+  if md == nil or md == cjson.null then return nil end
+  if type(md) ~= "table" then return nil, "metadata is a " .. type(md) end
+  local token = md.continue
+  if token == nil or token == cjson.null or token == "" then return nil end
+  if type(token) ~= "string" then return nil, "metadata.continue is a " .. type(token) end
+  return token
+end
+
+local function check_string_opt(fname, opts, name)
+  local v = opts[name]
+  if v ~= nil and type(v) ~= "string" then
+    raise(2, fname, ("option '%s' must be a string, got %s"):format(name, type(v)))
+  end
+end
+
 --- client:list(resource [, opts]) -> list | nil, err
 -- opts: namespace (nil: all namespaces), label_selector, field_selector, limit, continue,
 -- resource_version. Without `limit`, follows continue tokens and returns every item in one
--- list (pages of 500); with `limit`, returns that page and its metadata.continue.
+-- list (pages of 500); with `limit`, returns that page and its metadata.continue. `timeout`
+-- bounds the whole call, every page included; a server that hands out the same continue token
+-- twice is an error (it would never end).
 function _M.list(self, resource, opts)
   opts = check_opts("list", 2, opts)
+  for _, name in ipairs{ "label_selector", "field_selector", "resource_version", "continue" } do
+    check_string_opt("list", opts, name)
+  end
   local res, rerr = resolve(self, "list", resource, opts.namespace, opts.api_version)
   if not res then return nil, rerr end
   local base = {}
@@ -261,27 +321,60 @@ function _M.list(self, resource, opts)
   add_param(base, "fieldSelector", opts.field_selector)
   add_param(base, "resourceVersion", opts.resource_version)
   if opts.limit ~= nil then
-    if type(opts.limit) ~= "number" or opts.limit < 1 then
+    if type(opts.limit) ~= "number" or not (opts.limit >= 1) then
       raise(2, "list", "limit must be a number >= 1")
     end
     local params = {}
     for i = 1, #base do params[i] = base[i] end
     add_param(params, "limit", math.floor(opts.limit))
     add_param(params, "continue", opts.continue)
-    return call(self, "GET", res.path .. query(params), nil, nil, opts)
+    local path = res.path .. query(params)
+    local page, err, body = call_with_body(self, "GET", path, nil, nil, opts)
+    if not page then return nil, err end
+    local items, ierr = list_items(page, path, body)
+    if not items then return nil, ierr end
+    page.items = items
+    return page
   end
-  local items, first, token = {}, nil, opts.continue
+  local budget = opts.timeout
+  if budget == nil or budget <= 0 then budget = DEFAULT_TIMEOUT end
+  local deadline = clock.now() + budget
+  local page_opts = {}
+  for k, v in pairs(opts) do page_opts[k] = v end
+  local items, first, token, seen = {}, nil, opts.continue, {}
   repeat
     local params = {}
     for i = 1, #base do params[i] = base[i] end
     add_param(params, "limit", 500)
     add_param(params, "continue", token)
-    local page, err = call(self, "GET", res.path .. query(params), nil, nil, opts)
+    local path = res.path .. query(params)
+    local left = deadline - clock.now()
+    if first and left <= 0 then
+      return nil, new_error{ code = 0, reason = "Timeout", method = "GET", path = path,
+        message = ("GET %s: the list did not end within its timeout of %g s (%d items so far)")
+          :format(path, budget, #items) }
+    end
+    page_opts.timeout = left
+    local page, err, body = call_with_body(self, "GET", path, nil, nil, page_opts)
     if not page then return nil, err end
+    local page_items, ierr = list_items(page, path, body)
+    if not page_items then return nil, ierr end
     first = first or page
-    for _, it in ipairs(page.items or {}) do items[#items + 1] = it end
-    token = type(page.metadata) == "table" and page.metadata.continue or nil
-    if token == "" or token == cjson.null then token = nil end
+    for _, it in ipairs(page_items) do items[#items + 1] = it end
+    local terr
+    token, terr = page_token(page, path)
+    if terr then
+      return nil, new_error{ code = 0, reason = "InvalidResponse", method = "GET", path = path,
+                             message = ("GET %s: %s"):format(path, terr) }
+    end
+    if token then
+      if seen[token] then
+        return nil, new_error{ code = 0, reason = "InvalidResponse", method = "GET", path = path,
+          message = ("GET %s: the server returned a continue token it had returned before "
+            .. "(the list would never end)"):format(path) }
+      end
+      seen[token] = true
+    end
   until token == nil
   first.items = items
   if type(first.metadata) == "table" then first.metadata.continue = nil end
