@@ -66,7 +66,7 @@ static int apply_transform(lua_State *L, int idx)
     }
     lua_pushvalue(L, idx);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        lua_pushfstring(L, "transform failed: %s", lua_tostring(L, -1));
+        lua_pushfstring(L, "transform failed: %s", kl_error_text(L, -1));
         return 0;
     }
     if (!lua_istable(L, -1)) {

@@ -82,6 +82,12 @@ int kl_is_tombstone(lua_State *L, int idx);
  * err's stable name (kinf_errname: what callers match on); returns 3. */
 int kl_fail(lua_State *L, kinf_err err, const char *msg);
 
+/* Pushes the error value at idx as text and returns it (valid while it stays on the stack): a
+ * string or number as such, else what its __tostring returns when that is a string, else
+ * "(error object of type T)". __tostring is called protected: never raises (but on memory
+ * errors), so a handler raising an odd value cannot make its error report fail. */
+const char *kl_error_text(lua_State *L, int idx);
+
 /* Logs through the function set with set_logger (default: stderr). Never raises. */
 void kl_log(lua_State *L, const char *level, const char *msg);
 
