@@ -51,6 +51,7 @@ build = {
     ["kinformer.workqueue.heap"] = "lua/kinformer/workqueue/heap.lua",
     ["kinformer.workqueue.map"] = "lua/kinformer/workqueue/map.lua",
     ["kinformer.argcheck"] = "lua/kinformer/argcheck.lua",
+    ["kinformer.errtext"] = "lua/kinformer/errtext.lua",
     ["kinformer.clock"] = "lua/kinformer/clock.lua",
     ["kinformer.flowcontrol"] = "lua/kinformer/flowcontrol.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",

@@ -7,6 +7,7 @@
 -- until then (and in the worker model) views are plain tables.
 local ngx = ngx
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local nprocess = require "kinformer.ngx.process"
 
 local json = require("cjson").new() -- our own instance: a user's cjson settings stay theirs
@@ -89,7 +90,7 @@ function View:set(key, value)
   if ok and type(s) == "string" then
     ok, err = self:_shm():safe_set(key, s)
   else
-    ok, err = false, "encode failed: " .. tostring(s)
+    ok, err = false, "encode failed: " .. errtext(s)
   end
   if not ok then
     self.errors = self.errors + 1
