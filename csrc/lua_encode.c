@@ -388,9 +388,10 @@ static int object(enc *e, int t)
     return put_char(e, '}');
 }
 
-/* A table with a metatable: 1 when written here (a record's bytes, or an array by cjson's
- * metatables), 0 to write it as a plain table, -1 on a failure. */
-static int special_table(enc *e, int t)
+/* A table with a metatable: 1 when written here (a record's bytes, or [] by cjson's
+ * empty_array_mt), 0 to write it as a plain table (*as_array: an array of its length, by
+ * cjson's array_mt), -1 on a failure. */
+static int special_table(enc *e, int t, int *as_array)
 {
     lua_State *L = e->L;
     box *b = kl_lazy_box(L, t, &kl_records_key);
@@ -404,7 +405,8 @@ static int special_table(enc *e, int t)
     kl_rawgetp(L, LUA_REGISTRYINDEX, &ARRAY_MT_KEY);
     if (lua_rawequal(L, -1, -2)) {
         lua_pop(L, 2);
-        return array(e, t, (double)kl_rawlen(L, t)) ? 1 : -1;
+        *as_array = 1;
+        return 0;
     }
     lua_pop(L, 1);
     kl_rawgetp(L, LUA_REGISTRYINDEX, &EMPTY_ARRAY_MT_KEY);
@@ -424,8 +426,8 @@ static int table(enc *e, int t)
 {
     lua_State *L = e->L;
     const void *p = lua_topointer(L, t);
+    int as_array = 0, rc;
     double len;
-    int rc = 0;
 
     if (e->depth == MAX_DEPTH)
         return fail(e, "a table nested deeper than 1000 tables");
@@ -439,15 +441,19 @@ static int table(enc *e, int t)
     }
     if (lua_getmetatable(L, t)) {
         lua_pop(L, 1);
-        rc = special_table(e, t);
+        rc = special_table(e, t, &as_array);
         if (rc != 0)
             return rc > 0;
     }
-    len = array_length(e, t);
-    if (len == -2)
-        return 0;
+    if (as_array) {
+        len = (double)kl_rawlen(L, t);
+    } else {
+        len = array_length(e, t);
+        if (len == -2)
+            return 0;
+    }
     e->tables[e->depth++] = p;
-    rc = len > 0 ? array(e, t, len) : object(e, t);
+    rc = len > 0 || as_array ? array(e, t, len) : object(e, t);
     e->depth--;
     return rc;
 }

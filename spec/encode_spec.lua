@@ -81,6 +81,32 @@ describe("kinformer.encode", function()
       assert.equal("{}", core.encode{})
       assert.equal('{"a":[null,{}]}', core.encode{ a = { cjson.null, {} } })
     end)
+
+    it("honours OpenResty's cjson.array_mt and cjson.empty_array_mt where cjson has them",
+      function()
+      -- A fresh interpreter whose cjson has the two metatables (Debian's has neither).
+      local probe = [[
+        local real = require "cjson"
+        package.loaded.cjson = setmetatable({ array_mt = {}, empty_array_mt = {} }, { __index = real })
+        local cj = package.loaded.cjson
+        local core = require "kinformer.core"
+        io.write(core.encode{ a = setmetatable({}, cj.array_mt),
+                              b = setmetatable({ 1, 2, x = 3 }, cj.array_mt),
+                              c = setmetatable({}, cj.empty_array_mt),
+                              d = setmetatable({ x = 1 }, cj.empty_array_mt) })
+      ]]
+      local root = rawget(_G, "KINFORMER_ROOT") or "."
+      local cmd = ("cd %q && LUA_PATH='lua/?.lua;;' LUA_CPATH='build/%s/?.so;;' %s -e %q"):format(
+        root, jit and "luajit" or "lua5.4", jit and "luajit" or "lua5.4", probe)
+      local f = assert(io.popen(cmd))
+      local out = f:read("a")
+      f:close()
+      assert.same({ a = {}, b = { 1, 2 }, c = {}, d = { x = 1 } }, cjson.decode(out))
+      assert.matches('"a":%[%]', out)
+      assert.matches('"b":%[1,2%]', out)
+      assert.matches('"c":%[%]', out)
+      assert.matches('"d":{"x":1}', out)
+    end)
   end)
 
   describe("values JSON cannot hold", function()
