@@ -4,7 +4,7 @@
  * lua_kinf.h (kl_encode).
  *
  * It encodes as lua-cjson's encode does, with one difference: numbers are exact. lua-cjson writes
- * 14 significant digits (and refuses more), so 1234567890123456 came back from the server as
+ * 14 significant digits (and refuses more): 1234567890123456 would reach the server as
  * 1234567890123500. Here a Lua 5.4 integer is written as such; a float that is integral and
  * below 2^53 in magnitude is written as an integer (no exponent); any other float in the
  * shortest of %.15g, %.16g and %.17g that strtod reads back as the same double (%.17g always

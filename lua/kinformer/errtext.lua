@@ -5,8 +5,8 @@
 -- caught the first (the other handlers would miss the event, a manager would skip its
 -- shutdown). A string is itself; a number its tostring; a value whose metatable has __tostring
 -- the string that returns (called protected); anything else, or a __tostring that raises or
--- returns something other than a string, "(error object of type T)". Plain tables no longer
--- show their address: it says nothing in a log.
+-- returns something other than a string, "(error object of type T)": a plain table's address
+-- would say nothing in a log.
 local type, tostring, pcall, rawget = type, tostring, pcall, rawget
 local getmetatable = debug.getmetatable
 

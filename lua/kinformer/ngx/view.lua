@@ -14,8 +14,7 @@ local json = require("cjson").new() -- our own instance: a user's cjson settings
 local json_decode = json.decode
 local encode = require("kinformer.core").encode
 
-local type, ipairs, pcall, tostring, setmetatable, error = type, ipairs, pcall, tostring,
-  setmetatable, error
+local type, ipairs, pcall, setmetatable, error = type, ipairs, pcall, setmetatable, error
 
 -- kinformer's encoder, not lua-cjson's: cached objects in a value are lazy (lua-cjson would see
 -- only the members read so far) and numbers must come back exact. It takes tables: another
