@@ -48,6 +48,9 @@ static inline void *kl_newuserdata(lua_State *L, size_t size)
 {
     return lua_newuserdata(L, size);
 }
+
+/* Lua 5.1 numbers are all floats. */
+#define kl_isinteger(L, i) 0
 #else
 #define kl_rawlen(L, i) lua_rawlen((L), (i))
 #define kl_absindex(L, i) lua_absindex((L), (i))
@@ -56,6 +59,7 @@ static inline void *kl_newuserdata(lua_State *L, size_t size)
 #define kl_setuservalue(L, i) ((void)lua_setiuservalue((L), (i), 1))
 #define kl_getuservalue(L, i) ((void)lua_getiuservalue((L), (i), 1))
 #define kl_newuserdata(L, size) lua_newuserdatauv((L), (size), 1)
+#define kl_isinteger(L, i) lua_isinteger((L), (i))
 #endif
 
 #endif

@@ -274,7 +274,7 @@ static int l_client(lua_State *L)
     if (rc == LUA_ERRMEM)
         return lua_error(L);
     if (rc != LUA_OK)
-        return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
+        return kl_fail(L, KINF_EINVAL, kl_error_text(L, -1));
     return lua_gettop(L) - 1;
 }
 

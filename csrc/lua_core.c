@@ -1,7 +1,8 @@
 /*
  * lua_core.c - the kinformer.core module: luaopen_kinformer_core, the key functions (key_of,
  * split_key), the logger (set_logger, log, kl_log), how failures and argument errors reach Lua
- * (kl_fail: nil, message, code; kl_argerror: raises at the caller's line) and the REQUEUE
+ * (kl_fail: nil, message, code; kl_argerror: raises at the caller's line), error values as text
+ * (kl_error_text) and the REQUEUE
  * sentinel. Objects and tombstones live in lua_object.c, guards in lua_guard.c; each binding
  * file registers its own classes and functions (kl_open_*), called from luaopen below.
  * Threads: everything here runs on the thread that owns the Lua state.
@@ -34,6 +35,26 @@ int kl_fail(lua_State *L, kinf_err err, const char *msg)
     return 3;
 }
 
+const char *kl_error_text(lua_State *L, int idx)
+{
+    int t;
+    idx = kl_absindex(L, idx);
+    t = lua_type(L, idx);
+    if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+        lua_pushvalue(L, idx);
+        return lua_tostring(L, -1); /* converts the copy, never the caller's value */
+    }
+    if (luaL_getmetafield(L, idx, "__tostring")) {
+        lua_pushvalue(L, idx);
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING)
+            return lua_tostring(L, -1);
+        lua_pop(L, 1);
+        return lua_pushfstring(L, "(error object of type %s: its __tostring failed)",
+                               lua_typename(L, t));
+    }
+    return lua_pushfstring(L, "(error object of type %s)", lua_typename(L, t));
+}
+
 void kl_log(lua_State *L, const char *level, const char *msg)
 {
     int top = lua_gettop(L);
@@ -47,7 +68,7 @@ void kl_log(lua_State *L, const char *level, const char *msg)
         lua_pushstring(L, msg);
         if (lua_pcall(L, 2, 0, 0) != LUA_OK)
             fprintf(stderr, "kinformer [%s] %s (logger failed: %s)\n", level, msg,
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+                    kl_error_text(L, -1));
     } else {
         fprintf(stderr, "kinformer [%s] %s\n", level, msg);
     }

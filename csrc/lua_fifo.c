@@ -66,7 +66,7 @@ static int apply_transform(lua_State *L, int idx)
     }
     lua_pushvalue(L, idx);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        lua_pushfstring(L, "transform failed: %s", lua_tostring(L, -1));
+        lua_pushfstring(L, "transform failed: %s", kl_error_text(L, -1));
         return 0;
     }
     if (!lua_istable(L, -1)) {
@@ -79,6 +79,7 @@ static int apply_transform(lua_State *L, int idx)
 
 static int enqueue(lua_State *L, const char *fname, kinf_err (*op)(kinf_fifo *, kinf_object *))
 {
+    kinf_err code;
     kinf_fifo *f = check_fifo(L);
     char msg[320];
     kinf_object *obj;
@@ -89,9 +90,9 @@ static int enqueue(lua_State *L, const char *fname, kinf_err (*op)(kinf_fifo *, 
         return kl_argerror(L, 1, fname, "object expected, got %s", luaL_typename(L, 2));
     if (!kl_is_tombstone(L, 2) && !apply_transform(L, 2))
         return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
-    obj = kl_to_object(L, 2, 1, fname, msg, sizeof(msg));
+    obj = kl_to_object(L, 2, 1, fname, &code, msg, sizeof(msg));
     if (obj == NULL)
-        return kl_fail(L, KINF_ENOKEY, msg);
+        return kl_fail(L, code, msg);
     err = op(f, obj);
     if (err == KINF_EBUSY)
         return busy(L, fname);
@@ -120,6 +121,7 @@ static int f_delete(lua_State *L)
 
 static int f_replace(lua_State *L)
 {
+    kinf_err code;
     kinf_fifo *f = check_fifo(L);
     char msg[320];
     const char *rv;
@@ -144,9 +146,9 @@ static int f_replace(lua_State *L)
                                                                    : luaL_typename(L, -1));
         if (!apply_transform(L, -1))
             return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
-        obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
+        obj = kl_to_object(L, -1, 1, "replace", &code, msg, sizeof(msg));
         if (obj == NULL)
-            return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
+            return kl_fail(L, code, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
         lua_pop(L, 2);
     }
@@ -297,6 +299,7 @@ static int f_pop(lua_State *L)
 
 static int f_add_if_not_present(lua_State *L)
 {
+    kinf_err code;
     kinf_fifo *f = check_fifo(L);
     char msg[320];
     kl_guard *g;
@@ -325,9 +328,9 @@ static int f_add_if_not_present(lua_State *L)
             return kl_argerror(L, 1, "add_if_not_present", "delta #%d has no valid type",
                                (int)i + 1);
         lua_getfield(L, -2, "object");
-        obj = kl_to_object(L, -1, 1, "add_if_not_present", msg, sizeof(msg));
+        obj = kl_to_object(L, -1, 1, "add_if_not_present", &code, msg, sizeof(msg));
         if (obj == NULL)
-            return kl_fail(L, KINF_ENOKEY, msg);
+            return kl_fail(L, code, msg);
         g->deltas.v[g->deltas.n].type = (kinf_delta_type)type;
         g->deltas.v[g->deltas.n].obj = kinf_object_ref(obj);
         g->deltas.n++;

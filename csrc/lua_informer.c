@@ -66,6 +66,7 @@ typedef struct tcall {
 
 static int transform_protected(lua_State *L)
 {
+    kinf_err code;
     tcall *c = lua_touserdata(L, 1);
     kinf_object *obj;
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->lp->transform_ref);
@@ -76,7 +77,7 @@ static int transform_protected(lua_State *L)
                     luaL_typename(L, -1));
         return 0;
     }
-    obj = kl_to_object(L, -1, 1, "transform", c->errbuf, c->errlen);
+    obj = kl_to_object(L, -1, 1, "transform", &code, c->errbuf, c->errlen);
     if (obj != NULL)
         c->out = kinf_object_ref(obj);
     return 0;
@@ -96,8 +97,7 @@ static kinf_err transform_cb(void *ud, kinf_object *in, kinf_object **out, char 
     lua_pushcfunction(L, transform_protected);
     lua_pushlightuserdata(L, &c);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "raised: %s",
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        kinf_errmsg(errbuf, errlen, "raised: %s", kl_error_text(L, -1));
         lua_settop(L, top);
         kinf_object_unref(c.out);
         return KINF_EINVAL;

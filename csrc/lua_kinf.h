@@ -38,17 +38,28 @@ void kl_push_object(lua_State *L, kinf_object *obj);
  */
 int kl_decode(lua_State *L, const char *json, size_t len);
 
+/*
+ * Encodes the value at idx as JSON (lua_encode.c): as lua-cjson's encode, but numbers are written
+ * so that they read back exactly, and tables kinformer made from records are their record's
+ * bytes. KINF_OK with the string pushed; else nothing pushed, errbuf says what could not be
+ * encoded and where, and the code is KINF_EINVAL (a function, userdata, NaN, a cycle, nesting
+ * too deep, an excessively sparse array, a bad key) or KINF_ENOMEM. Never calls Lua code; raises
+ * only on memory errors.
+ */
+kinf_err kl_encode(lua_State *L, int idx, char *errbuf, size_t errlen);
+
 /* Pushes a fresh, fully decoded, mutable table of a plain record (not cached). May raise. */
 void kl_push_decoded(lua_State *L, kinf_object *obj);
 
 /*
  * The record for the table (or tombstone) at idx. Raises when the value is not a table (naming
  * argument argn of function fname). On success pushes one value (the box that keeps the record
- * alive until the caller's frame ends) and returns the record, borrowed. On a data problem (no
- * metadata.name, not encodable) pushes nothing, returns NULL and writes errbuf.
+ * alive until the caller's frame ends) and returns the record, borrowed. On a data problem pushes
+ * nothing, returns NULL, writes errbuf and sets *code: KINF_ENOKEY (no metadata.name, metadata
+ * fields that are not strings), KINF_EINVAL (a value JSON cannot hold), KINF_ENOMEM.
  */
-kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, char *errbuf,
-                          size_t errlen);
+kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, kinf_err *code,
+                          char *errbuf, size_t errlen);
 
 /* Pushes the key of the table/tombstone at idx (without encoding it); 0 + errbuf on failure. */
 int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf, size_t errlen);
@@ -71,6 +82,12 @@ int kl_is_tombstone(lua_State *L, int idx);
  * err's stable name (kinf_errname: what callers match on); returns 3. */
 int kl_fail(lua_State *L, kinf_err err, const char *msg);
 
+/* Pushes the error value at idx as text and returns it (valid while it stays on the stack): a
+ * string or number as such, else what its __tostring returns when that is a string, else
+ * "(error object of type T)". __tostring is called protected: never raises (but on memory
+ * errors), so a handler raising an odd value cannot make its error report fail. */
+const char *kl_error_text(lua_State *L, int idx);
+
 /* Logs through the function set with set_logger (default: stderr). Never raises. */
 void kl_log(lua_State *L, const char *level, const char *msg);
 
@@ -87,6 +104,7 @@ void kl_push_requeue(lua_State *L);
  * and kl_open_loop add their functions to the module table on top of the stack. */
 void kl_open_guard(lua_State *L);
 void kl_open_object(lua_State *L);
+void kl_open_encode(lua_State *L, int cjson); /* cjson: the index of the lua-cjson module */
 void kl_open_store(lua_State *L);
 void kl_open_fifo(lua_State *L);
 void kl_open_client(lua_State *L);

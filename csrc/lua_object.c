@@ -25,8 +25,7 @@
 static const char DECODED_KEY = 0;   /* record address -> table (weak values) */
 const char kl_records_key = 0;       /* table -> record box (weak keys) */
 static const char TOMBSTONE_KEY = 0; /* the tombstone metatable */
-static const char ENCODE_KEY = 0;    /* cjson encode */
-static const char DECODE_KEY = 0;    /* cjson decode */
+static const char DECODE_KEY = 0;    /* cjson decode: what kl_decode leaves to it */
 
 /* ---- record boxes ---- */
 
@@ -182,8 +181,8 @@ static int push_metadata(lua_State *L, int ti, char *errbuf, size_t errlen)
     return 1;
 }
 
-kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, char *errbuf,
-                          size_t errlen)
+kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, kinf_err *code,
+                          char *errbuf, size_t errlen)
 {
     int top = lua_gettop(L);
     kinf_meta meta;
@@ -194,6 +193,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
     if (!lua_istable(L, idx))
         kl_argerror(L, argn, fname, "object expected, got %s", luaL_typename(L, idx));
     luaL_checkstack(L, 10, "kinformer: converting an object");
+    *code = KINF_ENOKEY; /* what the failures below are, but for the marked ones */
     kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_records_key);
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
@@ -226,7 +226,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
         key = lua_tolstring(L, -1, &len);
         lua_getfield(L, idx, "obj");
         if (!lua_isnil(L, -1)) {
-            inner = kl_to_object(L, -1, argn, fname, errbuf, errlen);
+            inner = kl_to_object(L, -1, argn, fname, code, errbuf, errlen);
             if (inner == NULL) {
                 lua_settop(L, top);
                 return NULL;
@@ -236,6 +236,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
         b->obj = kinf_tombstone_new(key, len, inner, &err);
         if (b->obj == NULL) {
             lua_settop(L, top);
+            *code = err;
             kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
             return NULL;
         }
@@ -260,11 +261,10 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
         kinf_errmsg(errbuf, errlen, "object has no metadata.name");
         return NULL;
     }
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY); /* top + 2 */
-    lua_pushvalue(L, idx);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "cannot encode object as JSON: %s", lua_tostring(L, -1));
+    err = kl_encode(L, idx, errbuf, errlen); /* top + 2 */
+    if (err != KINF_OK) {
         lua_settop(L, top);
+        *code = err;
         return NULL;
     }
     b = kl_push_box(L, 1); /* top + 3 */
@@ -275,6 +275,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ch
     }
     if (b->obj == NULL) {
         lua_settop(L, top);
+        *code = err;
         kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
         return NULL;
     }
@@ -373,10 +374,13 @@ static int l_is_tombstone(lua_State *L)
     return 1;
 }
 
-/* encode(obj): the JSON of an object (its record's bytes for tables kinformer made). */
+/* encode(obj): the JSON of an object (its record's bytes for tables kinformer made), or nil,
+ * err, code (EINVAL: a value JSON cannot hold, ENOMEM). */
 static int l_encode(lua_State *L)
 {
+    char msg[256];
     kinf_object *obj;
+    kinf_err err;
     box *b;
     luaL_checktype(L, 1, LUA_TTABLE);
     obj = record_of(L, 1);
@@ -389,10 +393,9 @@ static int l_encode(lua_State *L)
         lua_pushlstring(L, b->json, b->json_len);
         return 1;
     }
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY);
-    lua_pushvalue(L, 1);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        return kl_fail(L, KINF_EINVAL, lua_tostring(L, -1));
+    err = kl_encode(L, 1, msg, sizeof(msg));
+    if (err != KINF_OK)
+        return kl_fail(L, err, msg);
     return 1;
 }
 
@@ -481,14 +484,14 @@ static const luaL_Reg FUNCS[] = {
 
 void kl_open_object(lua_State *L)
 {
-    /* lua-cjson, a private instance so a user's cjson settings never change our encoding. */
+    /* lua-cjson decodes what kl_decode leaves to it: a private instance, so a user's cjson
+     * settings never change our decoding. Encoding is ours (lua_encode.c). */
     lua_getglobal(L, "require");
     lua_pushstring(L, "cjson");
     lua_call(L, 1, 1);
+    kl_open_encode(L, -1);
     lua_getfield(L, -1, "new");
     lua_call(L, 0, 1);
-    lua_getfield(L, -1, "encode");
-    kl_rawsetp(L, LUA_REGISTRYINDEX, &ENCODE_KEY);
     lua_getfield(L, -1, "decode");
     kl_rawsetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pop(L, 2);

@@ -1,6 +1,7 @@
 /*
- * lua_object_impl.h - what lua_object.c (records <-> tables) and lua_lazy.c (lazily decoded
- * tables) share: record boxes and the registry keys both use. Nothing else includes it.
+ * lua_object_impl.h - what lua_object.c (records <-> tables), lua_lazy.c (lazily decoded
+ * tables) and lua_encode.c (which writes lazy tables as their bytes) share: record boxes and the
+ * registry keys they use. Nothing else includes it.
  * Threads: the thread that owns the Lua state only.
  */
 #ifndef KINF_LUA_OBJECT_IMPL_H

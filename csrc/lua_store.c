@@ -158,8 +158,7 @@ static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char
     lua_pushcfunction(L, index_call_protected);
     lua_pushlightuserdata(L, &c);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "raised: %s",
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        kinf_errmsg(errbuf, errlen, "raised: %s", kl_error_text(L, -1));
         lua_settop(L, top);
         return KINF_EINDEX;
     }
@@ -277,6 +276,7 @@ static int write_result(lua_State *L, const char *fname, kinf_err err, const cha
 
 static int add_common(lua_State *L, const char *fname)
 {
+    kinf_err code;
     lstore *ls = check_writable(L, fname);
     char msg[320] = "";
     kinf_object *obj, *old = NULL;
@@ -285,9 +285,9 @@ static int add_common(lua_State *L, const char *fname)
 
     lua_settop(L, 2);
     uv = begin(L); /* 3 */
-    obj = kl_to_object(L, 2, 1, fname, msg, sizeof(msg));
+    obj = kl_to_object(L, 2, 1, fname, &code, msg, sizeof(msg));
     if (obj == NULL)
-        return kl_fail(L, KINF_ENOKEY, msg);
+        return kl_fail(L, code, msg);
     WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
     if (err == KINF_OK || err == KINF_EINDEX) {
         /* Unpin the replaced record before dropping our reference to it. Neither step can
@@ -335,6 +335,7 @@ static int s_delete(lua_State *L)
 
 static int s_replace(lua_State *L)
 {
+    kinf_err code;
     lstore *ls = check_writable(L, "replace");
     char msg[320] = "";
     size_t n;
@@ -359,9 +360,9 @@ static int s_replace(lua_State *L)
         if (!lua_istable(L, -1))
             return kl_argerror(L, 1, "replace", "item #%d is a %s, expected an object",
                                (int)i + 1, luaL_typename(L, -1));
-        obj = kl_to_object(L, -1, 1, "replace", msg, sizeof(msg));
+        obj = kl_to_object(L, -1, 1, "replace", &code, msg, sizeof(msg));
         if (obj == NULL)
-            return kl_fail(L, KINF_ENOKEY, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
+            return kl_fail(L, code, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
         lua_pop(L, 1);         /* the box: the guard holds a reference now */
         kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item */
@@ -494,6 +495,7 @@ static int s_index_keys(lua_State *L)
 
 static int s_index(lua_State *L)
 {
+    kinf_err code;
     lstore *ls = check_store(L, 1);
     const char *index = luaL_checkstring(L, 2);
     char msg[320] = "";
@@ -506,9 +508,9 @@ static int s_index(lua_State *L)
     uv = begin(L); /* 4 */
     if (!kinf_store_has_index(ls->store, index))
         return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
-    obj = kl_to_object(L, 3, 2, "index", msg, sizeof(msg)); /* 5: box */
+    obj = kl_to_object(L, 3, 2, "index", &code, msg, sizeof(msg)); /* 5: box */
     if (obj == NULL)
-        return kl_fail(L, KINF_ENOKEY, msg);
+        return kl_fail(L, code, msg);
     g = kl_push_guard(L);
     WITH_STATE(ls, L,
                err = kinf_store_index(ls->store, index, obj, &g->objs, &g->n, msg, sizeof(msg)));

@@ -40,6 +40,7 @@ BIND_SRC += csrc/lua_object.c
 BIND_SRC += csrc/lua_lazy.c
 BIND_SRC += csrc/lua_guard.c
 BIND_SRC += csrc/lua_decode.c
+BIND_SRC += csrc/lua_encode.c
 BIND_SRC += csrc/lua_store.c
 BIND_SRC += csrc/lua_store_query.c
 BIND_SRC += csrc/lua_results.c

@@ -22,6 +22,7 @@
 --   when nothing fails.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local clock = require "kinformer.clock"
 local predicates = require "kinformer.predicates"
 local workqueue = require "kinformer.workqueue"
@@ -123,7 +124,7 @@ local function passes(self, src, ev)
       if not ok then
         self.source_errors = self.source_errors + 1
         core.log("error", string_format("controller %s: predicate on %s raised: %s", self.name,
-          src.resource, tostring(res)))
+          src.resource, errtext(res)))
         return false
       end
       if not res then
@@ -184,7 +185,7 @@ local function keys_of(self, src, obj, tomb_key)
   if not ok then
     self.source_errors = self.source_errors + 1
     core.log("error", string_format("controller %s: map of %s raised: %s", self.name,
-      src.resource, tostring(res)))
+      src.resource, errtext(res)))
     return {}
   end
   if res == nil then return {} end
@@ -457,12 +458,13 @@ function Controller:process(key, recorder)
     if is_conflict(err) then
       self.conflicts = self.conflicts + 1
       core.log("info", string_format("controller %s: %s: conflict, retrying: %s", self.name, key,
-        tostring(err)))
+        errtext(err)))
     else
       self.errors = self.errors + 1
-      self.last_error = string_format("%s: %s", key, tostring(err))
+      local text = errtext(err)
+      self.last_error = string_format("%s: %s", key, text)
       core.log("error", string_format("controller %s: reconcile %s failed (retry %d): %s",
-        self.name, key, q:num_requeues(key), tostring(err)))
+        self.name, key, q:num_requeues(key), text))
     end
   elseif result == "success" then
     q:forget(key)

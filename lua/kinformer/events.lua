@@ -24,6 +24,7 @@
 local argcheck = require "kinformer.argcheck"
 local clock = require "kinformer.clock"
 local core = require "kinformer.core"
+local errtext = require "kinformer.errtext"
 
 local type, tostring, setmetatable, pairs = type, tostring, setmetatable, pairs
 local os_date, string_format, math_min, math_random = os.date, string.format, math.min,
@@ -199,7 +200,7 @@ function Recorder:flush(max)
       if e.attempts >= self.max_attempts then
         self._dropped = self._dropped + 1
         core.log("debug", "events: dropped " .. e.reason .. " on " .. e.involved.name .. ": "
-          .. tostring(err))
+          .. errtext(err))
       else
         enqueue(self, e)
       end

@@ -27,6 +27,7 @@
 -- Threads: none. The caller's thread, the one that calls step().
 local argcheck = require "kinformer.argcheck"
 local clock = require "kinformer.clock"
+local errtext = require "kinformer.errtext"
 
 local type, tostring, tonumber, pcall, setmetatable, ipairs =
   type, tostring, tonumber, pcall, setmetatable, ipairs
@@ -153,7 +154,7 @@ local function check(self, fn, bad_text)
   if not fn then return 200, "ok" end
   local ok, good, text = pcall(fn)
   if not ok then
-    log("error", "a health check raised: " .. tostring(good))
+    log("error", "a health check raised: " .. errtext(good))
     return 503, bad_text
   end
   if good then return 200, text ~= nil and tostring(text) or "ok" end
@@ -172,7 +173,7 @@ local function answer(self, method, target)
     if not reg then return response(404, PLAIN, "no registry\n", head_only) end
     local ok, text = pcall(reg.text, reg)
     if not ok then
-      log("error", "the registry's text failed: " .. tostring(text))
+      log("error", "the registry's text failed: " .. errtext(text))
       return response(500, PLAIN, "metrics failed\n", head_only)
     end
     return response(200, METRICS_TYPE, text, head_only)

@@ -20,6 +20,7 @@
 -- always when no resync is configured) that is every handler.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local clock = require "kinformer.clock" -- clock.now is read at each use: a spec may replace it
 
 local type, pairs, ipairs, pcall, error, tostring = type, pairs, ipairs, pcall, error, tostring
@@ -165,7 +166,7 @@ local function deliver(self, reg, kind, obj, old, initial)
     self._handler_errors = self._handler_errors + 1
     local what = kind == ADD and "on_add" or kind == UPDATE and "on_update" or "on_delete"
     local msg = string_format("informer %s: handler #%d %s raised: %s", self._name, reg.id, what,
-      tostring(err))
+      errtext(err))
     self._last_handler_error = msg
     log("error", msg)
   end

@@ -22,6 +22,7 @@
 --   1 s): not for an nginx request handler.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 
 local type, tostring, pairs, pcall = type, tostring, pairs, pcall
 local math_random, math_max, math_min = math.random, math.max, math.min
@@ -120,7 +121,7 @@ end
 local function call(self, name, fn, ...)
   if not fn then return end
   local ok, err = pcall(fn, ...)
-  if not ok then log("error", name .. " raised: " .. tostring(err)) end
+  if not ok then log("error", name .. " raised: " .. errtext(err)) end
 end
 
 -- Whether two observations are the same record: any write changes the resourceVersion (the
@@ -164,7 +165,7 @@ end
 
 local function fail(self, err)
   self.failures = self.failures + 1
-  self.last_error = tostring(err)
+  self.last_error = errtext(err)
   return false
 end
 
@@ -288,9 +289,9 @@ function Elector:stop()
                      acquireTime = stamp, leaseTransitions = lease.spec.leaseTransitions }
       local ok
       ok, err = self.client:update(LEASES, lease, opts)
-      if not ok then log("warn", "failed to release lease: " .. tostring(err)) end
+      if not ok then log("warn", "failed to release lease: " .. errtext(err)) end
     elseif not lease then
-      log("warn", "failed to release lease: " .. tostring(err))
+      log("warn", "failed to release lease: " .. errtext(err))
     end
   end
   stop_leading(self, "stop")

@@ -24,6 +24,7 @@
 --   never raised out of step / run. Wrong arguments raise at the caller's line.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local clock = require "kinformer.clock"
 local controller = require "kinformer.controller"
 local events = require "kinformer.events"
@@ -58,7 +59,7 @@ local function log(level, msg) core.log(level, "manager: " .. msg) end
 local function safe_call(name, fn, ...)
   if not fn then return end
   local ok, err = pcall(fn, ...)
-  if not ok then log("error", name .. " raised: " .. tostring(err)) end
+  if not ok then log("error", name .. " raised: " .. errtext(err)) end
 end
 
 local function setup_metrics(self, address)
@@ -321,7 +322,7 @@ function Manager:_shut_down(reason)
   if self._metrics_server then self._metrics_server:close() end
   self._stopped = true
   self._reason = reason
-  log("info", "stopped (" .. tostring(reason) .. ")")
+  log("info", "stopped (" .. errtext(reason) .. ")")
 end
 
 --- mgr:stop([reason]) -> graceful shutdown (see the contract); from inside a reconcile it takes

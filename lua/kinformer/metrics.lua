@@ -32,6 +32,7 @@ local string_format, string_gsub, string_find, table_concat, table_sort, math_hu
 
 local math_type = math.type -- nil on LuaJIT
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local raise = argcheck.raise
 
 local _M = {}
@@ -336,7 +337,7 @@ end
 
 local function log_collector_error(err)
   local ok, core = pcall(require, "kinformer.core")
-  local msg = "metrics: a collector failed: " .. tostring(err)
+  local msg = "metrics: a collector failed: " .. errtext(err)
   if ok and core.log then core.log("error", msg) else io.stderr:write(msg, "\n") end
 end
 

@@ -44,6 +44,7 @@ if type(ngx) ~= "table" or type(ngx.timer) ~= "table" then
 end
 local process = require "ngx.process"
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local nprocess = require "kinformer.ngx.process"
 local view = require "kinformer.ngx.view"
 local status = require "kinformer.ngx.status"
@@ -136,7 +137,7 @@ local function dispatch_one(i, inf, batch)
   local ok, n = pcall(inf.dispatch, inf, batch)
   if not ok then
     S.dispatch_errors = S.dispatch_errors + 1
-    log("error", "informer ", S.names[i], ": dispatch failed: ", tostring(n))
+    log("error", "informer ", S.names[i], ": dispatch failed: ", errtext(n))
     return 0
   end
   S.items = S.items + n
@@ -147,7 +148,7 @@ end
 -- poll, at most `max` per store; returns how many.
 local function handler_error(name, what, err)
   S.dispatch_errors = S.dispatch_errors + 1
-  log("error", "shared store ", name, ": ", what, " handler raised: ", tostring(err))
+  log("error", "shared store ", name, ": ", what, " handler raised: ", errtext(err))
 end
 
 local function poll_shared(max)
@@ -170,7 +171,7 @@ local function poll_shared(max)
       end)
     if not ok then
       S.dispatch_errors = S.dispatch_errors + 1
-      log("error", "shared store ", name, ": poll failed: ", tostring(n))
+      log("error", "shared store ", name, ": poll failed: ", errtext(n))
     elseif n then
       total = total + n
     elseif err and not S.reader_waiting then
@@ -211,7 +212,7 @@ local function drain()
       local ok, more = pcall(S.after_dispatch, total)
       if not ok then
         S.dispatch_errors = S.dispatch_errors + 1
-        log("error", "after_dispatch raised: ", tostring(more))
+        log("error", "after_dispatch raised: ", errtext(more))
         more = false
       end
       S.after_more = more and true or false
@@ -264,7 +265,7 @@ local function check_synced()
     -- A writer that took over drops what its predecessor left and its list did not bring.
     for i = 1, #S.list do
       local ok, err = S.list[i]:mirror_retain()
-      if not ok then log("error", "informer ", S.names[i], ": shared store: ", tostring(err)) end
+      if not ok then log("error", "informer ", S.names[i], ": shared store: ", errtext(err)) end
     end
   end
   S.synced = true

@@ -578,10 +578,12 @@ function _M.delete(self, resource, name, opts)
   if not path then return nil, err end
   local body
   if opts.propagation_policy or opts.grace_period_seconds or opts.preconditions then
-    body = cjson.encode{ kind = "DeleteOptions", apiVersion = "v1",
+    local eerr
+    body, eerr = encode{ kind = "DeleteOptions", apiVersion = "v1",
                          propagationPolicy = opts.propagation_policy,
                          gracePeriodSeconds = opts.grace_period_seconds,
                          preconditions = opts.preconditions }
+    if not body then raise(3, "delete", "cannot encode the options: " .. eerr) end
   end
   local params = {}
   if opts.dry_run then params[1] = "dryRun=All" end

@@ -7,26 +7,25 @@
 -- until then (and in the worker model) views are plain tables.
 local ngx = ngx
 local argcheck = require "kinformer.argcheck"
+local errtext = require "kinformer.errtext"
 local nprocess = require "kinformer.ngx.process"
 
 local json = require("cjson").new() -- our own instance: a user's cjson settings stay theirs
 local json_decode = json.decode
-local kpairs = require("kinformer.core").pairs
+local encode = require("kinformer.core").encode
 
--- Cached objects in a value are lazy: lua-cjson would see only the members read so far.
--- kinformer.pairs completes them (and is plain pairs for other tables) before encoding.
-local function complete(v, seen)
-  if type(v) ~= "table" or seen[v] then return end
-  seen[v] = true
-  for _, x in kpairs(v) do complete(x, seen) end
-end
+local type, ipairs, pcall, setmetatable, error = type, ipairs, pcall, setmetatable, error
 
+-- kinformer's encoder, not lua-cjson's: cached objects in a value are lazy (lua-cjson would see
+-- only the members read so far) and numbers must come back exact. It takes tables: another
+-- value is encoded as the one element of an array, brackets dropped.
 local function json_encode(value)
-  complete(value, {})
-  return json.encode(value)
+  if value == nil then return "null" end
+  local s, err = encode(type(value) == "table" and value or { value })
+  if not s then error(err, 0) end
+  if type(value) ~= "table" then s = s:sub(2, -2) end
+  return s
 end
-
-local type, ipairs, pcall, tostring, setmetatable = type, ipairs, pcall, tostring, setmetatable
 local shared = ngx.shared
 local S, log, raise = nprocess.state, nprocess.log, argcheck.raise
 
@@ -90,7 +89,7 @@ function View:set(key, value)
   if ok and type(s) == "string" then
     ok, err = self:_shm():safe_set(key, s)
   else
-    ok, err = false, "encode failed: " .. tostring(s)
+    ok, err = false, "encode failed: " .. errtext(s)
   end
   if not ok then
     self.errors = self.errors + 1
