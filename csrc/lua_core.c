@@ -8,6 +8,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "lua_kinf.h"
 #include "lua_shared.h"
@@ -32,6 +33,49 @@ int kl_fail(lua_State *L, kinf_err err, const char *msg)
     lua_pushstring(L, msg && msg[0] ? msg : kinf_strerror(err));
     lua_pushstring(L, kinf_errname(err));
     return 3;
+}
+
+/* Protected part of kl_error_text: the value's text, or nothing when it has none. */
+static int error_text_protected(lua_State *L)
+{
+    char *buf = lua_touserdata(L, 2);
+    size_t len = (size_t)lua_tointeger(L, 3), n;
+    const char *s = NULL;
+
+    if (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER)
+        s = lua_tolstring(L, 1, &n); /* a number is converted on the stack only */
+    else if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+        s = lua_tolstring(L, -1, &n);
+    if (s != NULL && n == 0) {
+        snprintf(buf, len, "an empty string");
+    } else if (s != NULL) {
+        if (n >= len)
+            n = len - 1;
+        memcpy(buf, s, n);
+        buf[n] = '\0';
+    }
+    return 0;
+}
+
+void kl_error_text(lua_State *L, int idx, char *buf, size_t len)
+{
+    int top = lua_gettop(L);
+
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    idx = kl_absindex(L, idx);
+    if (lua_checkstack(L, 6)) {
+        lua_pushcfunction(L, error_text_protected);
+        lua_pushvalue(L, idx);
+        lua_pushlightuserdata(L, buf);
+        lua_pushinteger(L, (lua_Integer)len);
+        if (lua_pcall(L, 3, 0, 0) != LUA_OK)
+            buf[0] = '\0';
+        lua_settop(L, top);
+    }
+    if (buf[0] == '\0')
+        snprintf(buf, len, "a %s value", luaL_typename(L, idx));
 }
 
 void kl_log(lua_State *L, const char *level, const char *msg)

@@ -66,7 +66,9 @@ static int apply_transform(lua_State *L, int idx)
     }
     lua_pushvalue(L, idx);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        lua_pushfstring(L, "transform failed: %s", lua_tostring(L, -1));
+        char what[256];
+        kl_error_text(L, -1, what, sizeof(what));
+        lua_pushfstring(L, "transform failed: %s", what);
         return 0;
     }
     if (!lua_istable(L, -1)) {

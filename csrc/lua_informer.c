@@ -96,8 +96,9 @@ static kinf_err transform_cb(void *ud, kinf_object *in, kinf_object **out, char 
     lua_pushcfunction(L, transform_protected);
     lua_pushlightuserdata(L, &c);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "raised: %s",
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        char what[256];
+        kl_error_text(L, -1, what, sizeof(what));
+        kinf_errmsg(errbuf, errlen, "raised: %s", what);
         lua_settop(L, top);
         kinf_object_unref(c.out);
         return KINF_EINVAL;

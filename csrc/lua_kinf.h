@@ -71,6 +71,11 @@ int kl_is_tombstone(lua_State *L, int idx);
  * err's stable name (kinf_errname: what callers match on); returns 3. */
 int kl_fail(lua_State *L, kinf_err err, const char *msg);
 
+/* Describes the error value at idx (what lua_pcall left) in buf, NUL-terminated and cut to len:
+ * a string or number as is, a value whose __tostring gives a string that string, anything else
+ * "a <type> value". Never raises: a failing __tostring or a memory error gives the type. */
+void kl_error_text(lua_State *L, int idx, char *buf, size_t len);
+
 /* Logs through the function set with set_logger (default: stderr). Never raises. */
 void kl_log(lua_State *L, const char *level, const char *msg);
 

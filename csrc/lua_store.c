@@ -158,8 +158,9 @@ static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char
     lua_pushcfunction(L, index_call_protected);
     lua_pushlightuserdata(L, &c);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "raised: %s",
-                    lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object is not a string)");
+        char what[256];
+        kl_error_text(L, -1, what, sizeof(what));
+        kinf_errmsg(errbuf, errlen, "raised: %s", what);
         lua_settop(L, top);
         return KINF_EINDEX;
     }
