@@ -8,7 +8,10 @@
  *   token, or a client certificate and key, optionally an expirationTimestamp).
  * - kinf_creds_get returns the credential to send now:
  *     token file: re-read when its identity (device, inode, size, mtime) changes, and after
- *       kinf_creds_invalidate; if a re-read fails, the last good token stays in use;
+ *       kinf_creds_invalidate; if a re-read fails because the file is missing, unreadable or
+ *       empty (a rotation under way), the last good token stays in use; a path that holds no
+ *       token file (not a regular file: a FIFO is never opened for a blocking read; larger
+ *       than 64 KiB: never cut; a NUL or a space in the token) fails the get with the cause;
  *     exec: the plugin runs on first use, when the cached credential's expirationTimestamp has
  *       passed (wall clock; no expiry: cached until invalidated), and after
  *       kinf_creds_invalidate. The plugin is started with posix_spawnp: argv as configured, no

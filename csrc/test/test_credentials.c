@@ -221,6 +221,71 @@ static void token_file(void)
     kinf_creds_free(cr);
 }
 
+/* A token file of n bytes of 'a' (no newline). */
+static void write_big(const char *name, size_t n)
+{
+    char *text = malloc(n + 1);
+    if (text == NULL)
+        exit(2);
+    memset(text, 'a', n);
+    text[n] = '\0';
+    write_file(name, text, 0600);
+    free(text);
+}
+
+/* A FIFO, a device or an oversized file at the token path is refused at once: open never
+ * blocks for a writer (SIGALRM would end the test), and no cut token is ever handed out. */
+static void token_file_not_a_token_file(void)
+{
+    kinf_creds_config cc = {0};
+    kinf_creds *cr;
+    kinf_cred c;
+    kinf_err err;
+    char msg[256];
+
+    alarm(10);
+    setup();
+    CHECK(mkfifo(path_of("fifo"), 0600) == 0);
+    cc.token_file = path_of("fifo");
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "fifo: not a regular file") != NULL);
+    cc.token_file = "/dev/zero";
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "not a regular file") != NULL);
+
+    write_big("big", 64 * 1024 + 1);
+    cc.token_file = path_of("big");
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "big: larger than 64 KiB") != NULL);
+    write_big("big", 64 * 1024); /* the limit itself is fine */
+    cr = kinf_creds_new(&cc, &err, msg, sizeof(msg));
+    CHECK(cr != NULL);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK && strlen(c.token) == 64 * 1024);
+    kinf_creds_free(cr);
+
+    /* Replaced while in use: the request fails with the cause (the old token is not sent on
+     * as if nothing happened), and a token file put back is used again. */
+    write_file("tok", "good-token\n", 0600);
+    cc.token_file = path_of("tok");
+    cr = kinf_creds_new(&cc, &err, msg, sizeof(msg));
+    CHECK(cr != NULL);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK);
+    CHECK_STR(c.token, "good-token");
+    unlink(path_of("tok"));
+    CHECK(mkfifo(path_of("tok"), 0600) == 0);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO && c.token == NULL);
+    CHECK(strstr(msg, "tok: not a regular file") != NULL);
+    unlink(path_of("tok"));
+    write_big("tok", 100 * 1024);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO && c.token == NULL);
+    CHECK(strstr(msg, "tok: larger than 64 KiB") != NULL);
+    write_file("tok", "next-token\n", 0600);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK);
+    CHECK_STR(c.token, "next-token");
+    kinf_creds_free(cr);
+    alarm(0);
+}
+
 #define CRED(tok, exp)                                                                        \
     "{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","        \
     "\"status\":{\"token\":\"" tok "\",\"expirationTimestamp\":\"" exp "\"}}"
@@ -505,5 +570,6 @@ static void redaction(void)
 }
 
 TEST_MAIN(TEST(static_token_and_basic), TEST(bad_configs), TEST(token_file),
+          TEST(token_file_not_a_token_file),
           TEST(exec_caches_until_expiry_and_invalidation), TEST(exec_args_env_and_certificates),
           TEST(exec_failures), TEST(exec_never_closes_foreign_descriptors), TEST(redaction))
