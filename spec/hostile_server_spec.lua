@@ -1,0 +1,191 @@
+-- What kinformer does with hostile or broken input on its I/O side: token files that are not
+-- regular files or are too large, huge response headers, bad watch lines on a stream that then
+-- goes quiet, list responses that are not lists, exec plugins that hang (with children), and
+-- transforms that raise values that are not strings. Each case must fail loudly (an error in
+-- status, a log line, nil + err) and promptly, never hang and never empty the cache.
+local kinformer = require "kinformer"
+local core = require "kinformer.core"
+local cjson = require "cjson"
+local socket = require "socket"
+local fake = require "support.fake_apiserver"
+local proc = require "support.proc"
+
+local quote = proc.quote
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. quote(d)))
+  return d
+end
+
+local function rmtree(d)
+  if d and d:match("^/tmp/") then os.execute("rm -rf " .. quote(d)) end
+end
+
+local function write(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+-- Dispatches inf until cond() holds or seconds pass; returns whether cond held.
+local function pump(inf, seconds, cond)
+  local deadline = socket.gettime() + seconds
+  repeat
+    inf:dispatch(1000)
+    if cond() then return true end
+    core.wait({ inf:fd() }, 0.02)
+  until socket.gettime() > deadline
+  inf:dispatch(1000)
+  return cond()
+end
+
+local function configmap(name)
+  return { apiVersion = "v1", kind = "ConfigMap",
+           metadata = { namespace = "default", name = name }, data = { k = "v" } }
+end
+
+local function create_cm(srv, name)
+  local code = srv:request("POST", "/api/v1/namespaces/default/configmaps", configmap(name))
+  assert(code == 201, "create " .. name .. ": " .. tostring(code))
+end
+
+describe("transform errors that are not strings", function()
+  local srv, inf
+  after_each(function()
+    if inf then inf:stop() end
+    inf = nil
+    if srv then srv:stop() end
+    srv = nil
+    kinformer.set_logger(nil)
+  end)
+
+  local function fifo_error(value)
+    local fifo = kinformer.delta_fifo{ transform = function() error(value) end }
+    local ok, err = fifo:add(configmap("a"))
+    assert.is_nil(ok)
+    return err
+  end
+
+  it("a delta_fifo transform raising a table, a __tostring table or a bad __tostring", function()
+    assert.same("transform failed: a table value", fifo_error({}))
+    assert.same("transform failed: custom text",
+      fifo_error(setmetatable({}, { __tostring = function() return "custom text" end })))
+    assert.same("transform failed: a table value",
+      fifo_error(setmetatable({}, { __tostring = function() error("nested") end })))
+    assert.same("transform failed: a table value",
+      fifo_error(setmetatable({}, { __tostring = function() return {} end })))
+    assert.same("transform failed: 42", fifo_error(42))
+    assert.same("transform failed: a boolean value", fifo_error(true))
+    assert.matches("transform failed: .*plain text", fifo_error("plain text"))
+  end)
+
+  it("an informer transform raising a table is reported with a description of the value", function()
+    srv = fake.start{ args = { "--no-default-namespaces" }, quiet = true }
+    srv:request("POST", "/api/v1/namespaces", { metadata = { name = "default" } })
+    create_cm(srv, "good")
+    create_cm(srv, "bad")
+    local logged = {}
+    kinformer.set_logger(function(level, msg) logged[#logged + 1] = level .. ": " .. msg end)
+    local client = assert(kinformer.client{ server = srv.url })
+    inf = assert(client:informer{ resource = "configmaps", transform = function(obj)
+      if obj.metadata.name == "bad" then error({ code = 1 }) end
+      return obj
+    end })
+    assert(inf:start())
+    assert(inf:wait_for_sync(5))
+    assert.is_nil(inf:store():get("default/bad"))
+    local all = table.concat(logged, "\n")
+    assert.matches("transform failed for default/bad: raised: a table value", all, 1, true)
+    assert.is_nil(all:find("(null)", 1, true))
+  end)
+end)
+
+-- Runs a Lua 5.4 script in a child process bounded by `timeout`, so a hang fails the spec
+-- instead of stopping the run. -> its stdout, whether it exited 0
+local function run_child(script, args, seconds)
+  local root = rawget(_G, "KINFORMER_ROOT") or "."
+  local path = os.tmpname()
+  write(path, "package.path = arg[1] .. '/lua/?.lua;' .. arg[1] .. '/lua/?/init.lua;' .. "
+    .. "arg[1] .. '/spec/?.lua;' .. package.path\n"
+    .. "package.cpath = arg[1] .. '/build/lua5.4/?.so;' .. package.cpath\n" .. script)
+  local words = { "timeout", "-s", "KILL", tostring(seconds), "lua5.4", quote(path), quote(root) }
+  for _, a in ipairs(args) do words[#words + 1] = quote(a) end
+  local p = assert(io.popen(table.concat(words, " ") .. " 2>&1", "r"))
+  local out = p:read("a")
+  local ok = p:close()
+  os.remove(path)
+  return out, ok
+end
+
+describe("token files that are not token files", function()
+  local srv, dir
+  before_each(function()
+    dir = tmpdir()
+    srv = fake.start{ args = { "--token", "secret-token-1" }, quiet = true }
+  end)
+  after_each(function()
+    if srv then srv:stop() end
+    rmtree(dir)
+  end)
+
+  it("a FIFO or an oversized file at token_file: nil, err at once, nothing hangs", function()
+    assert(os.execute("mkfifo " .. quote(dir .. "/fifo")))
+    write(dir .. "/big", string.rep("a", 64 * 1024 + 1))
+    local out, ok = run_child([[
+      local kinformer = require "kinformer"
+      for _, f in ipairs({ arg[3] .. "/fifo", arg[3] .. "/big" }) do
+        local c, err, code = kinformer.client{ server = arg[2], token_file = f }
+        print(tostring(c), err, code)
+      end
+    ]], { srv.url, dir }, 10)
+    assert.is_true(ok, out)
+    assert.matches("nil\ttoken file [^\n]*/fifo: not a regular file\tEIO", out)
+    assert.matches("nil\ttoken file [^\n]*/big: larger than 64 KiB\tEIO", out)
+  end)
+
+  it("replaced by a FIFO while informers run: the error shows in status and stop returns", function()
+    write(dir .. "/token", "secret-token-1\n")
+    local out, ok = run_child([[
+      local kinformer = require "kinformer"
+      local core = require "kinformer.core"
+      local logged = {}
+      kinformer.set_logger(function(level, msg) logged[#logged + 1] = msg end)
+      local c = assert(kinformer.client{ server = arg[2], token_file = arg[3] .. "/token" })
+      local inf = assert(c:informer{ resource = "configmaps", watch_timeout = 1,
+                                     backoff_initial = 0.1, backoff_max = 0.5 })
+      assert(inf:start())
+      assert(inf:wait_for_sync(5))
+      os.remove(arg[3] .. "/token")
+      assert(os.execute("mkfifo '" .. arg[3] .. "/token'"))
+      local deadline = core.now() + 8
+      while core.now() < deadline do
+        inf:dispatch(100)
+        local e = inf:status().last_error
+        if e and e:find("not a regular file", 1, true) then break end
+        core.wait({ inf:fd() }, 0.05)
+      end
+      -- Retried with backoff meanwhile: still one log line, several errors counted.
+      local until_t = core.now() + 1.5
+      while core.now() < until_t do inf:dispatch(100); core.wait({ inf:fd() }, 0.05) end
+      local st = inf:status()
+      print("last_error: " .. tostring(st.last_error))
+      print("errors: " .. tostring(st.errors))
+      local n = 0
+      for _, m in ipairs(logged) do if m:find("not a regular file", 1, true) then n = n + 1 end end
+      print("logged: " .. n)
+      local t0 = core.now()
+      inf:stop()
+      print(string.format("stop took %.2f", core.now() - t0))
+    ]], { srv.url, dir }, 25)
+    assert.is_true(ok, out)
+    assert.matches("last_error: [^\n]*token file [^\n]*/token: not a regular file", out)
+    assert.matches("errors: %d%d?", out)
+    assert.is_true(tonumber(out:match("errors: (%d+)")) >= 2, out)
+    assert.matches("logged: 1\n", out) -- once, not once per retry
+    assert.is_nil(out:find("secret-token-1", 1, true))
+    local took = tonumber(out:match("stop took ([%d.]+)"))
+    assert.is_truthy(took and took < 2, out)
+  end)
+end)
