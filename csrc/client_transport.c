@@ -180,6 +180,7 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     struct kinf_xfer *x = ud;
     size_t len = size * nitems;
     x->last_byte = kinf_now();
+    client_header_seen(x, data, len);
     if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
         x->retry_after = strtod(data + 12, NULL);
     else if (len > 8 && strncasecmp(data, "Warning:", 8) == 0)

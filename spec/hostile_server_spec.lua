@@ -189,3 +189,133 @@ describe("token files that are not token files", function()
     assert.is_truthy(took and took < 2, out)
   end)
 end)
+
+-- A scripted API server for bytes the fake API server does not send. It serves configmaps in
+-- "default" and answers by a script given as JSON:
+--   header_bytes = N      every response carries a header line of N bytes
+--   lists = { body, ... } the Nth list request gets the Nth body (the last one repeats)
+--   watches = { lines, ... } the Nth watch gets those lines, then stays open and silent
+-- It exits with its parent (the spec) and is stopped by stop().
+local SCRIPTED = [[
+import json, os, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+script = json.loads(sys.argv[1])
+counts = {"list": 0, "watch": 0}
+lock = threading.Lock()
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a):
+        pass
+    def big(self):
+        n = script.get("header_bytes")
+        if n:
+            self.send_header("X-Big", "a" * n)
+    def do_GET(self):
+        watch = "watch=true" in self.path or "watch=1" in self.path
+        kind = "watch" if watch else "list"
+        with lock:
+            counts[kind] += 1
+            i = counts[kind]
+        seq = script.get(kind + "s") or [[] if watch else {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []}]
+        item = seq[min(i, len(seq)) - 1]
+        if not watch:
+            body = (item if isinstance(item, str) else json.dumps(item)).encode()
+            self.send_response(200)
+            self.big()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.big()
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for line in item:
+                data = (line if isinstance(line, str) else json.dumps(line)).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            while True:  # open and silent until the client goes
+                time.sleep(0.2)
+                self.connection.settimeout(0.01)
+                try:
+                    if self.connection.recv(1) == b"":
+                        return
+                except OSError as e:
+                    if "timed out" not in str(e):
+                        return
+        except OSError:
+            return
+class S(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client that hangs up mid-answer is what some cases do
+srv = S(("127.0.0.1", 0), H)
+srv.daemon_threads = True
+print("http://127.0.0.1:%d" % srv.server_address[1], flush=True)
+parent = os.getppid()
+def watchdog():
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(0)
+threading.Thread(target=watchdog, daemon=True).start()
+srv.serve_forever()
+]]
+
+local function scripted_server(script)
+  local path = os.tmpname()
+  write(path, SCRIPTED)
+  local p = assert(io.popen("echo $$; exec python3 " .. quote(path) .. " "
+    .. quote(cjson.encode(script)), "r"))
+  local pid = tonumber(p:read("l"))
+  local url = p:read("l")
+  os.remove(path)
+  assert(url and url:match("^http://127%.0%.0%.1:%d+$"), "scripted server did not start")
+  return { url = url, pid = pid, stop = function()
+    os.execute("kill -KILL " .. pid .. " 2>/dev/null")
+    p:close()
+  end }
+end
+
+local CONFIGMAPS = { group = "", version = "v1", resource = "configmaps", namespaced = true }
+
+local function cm_list(rv, names)
+  local items = {}
+  for i, n in ipairs(names) do
+    local o = configmap(n)
+    o.metadata.resourceVersion = tostring(i)
+    o.metadata.uid = "uid-" .. n
+    items[i] = o
+  end
+  return { kind = "ConfigMapList", apiVersion = "v1", metadata = { resourceVersion = rv },
+           items = items }
+end
+
+describe("a response header line of 1 MiB", function()
+  local srv
+  after_each(function() if srv then srv:stop() end srv = nil end)
+
+  it("is reported as too large, not as out of memory, by the REST client and the informer", function()
+    srv = scripted_server{ header_bytes = 1024 * 1024 }
+    local client = assert(kinformer.client{ server = srv.url })
+    local obj, err = client:get(CONFIGMAPS, "default/x")
+    assert.is_nil(obj)
+    local msg = type(err) == "table" and tostring(err.message or err) or tostring(err)
+    assert.matches("header", msg)
+    assert.matches("too large", msg)
+    assert.is_nil(msg:lower():find("out of memory", 1, true))
+
+    kinformer.set_logger(function() end)
+    finally(function() kinformer.set_logger(nil) end)
+    local inf = assert(client:informer{ resource = "configmaps", backoff_initial = 0.1 })
+    finally(function() inf:stop() end)
+    assert(inf:start())
+    local ok = pump(inf, 5, function() return inf:status().last_error ~= nil end)
+    assert.is_true(ok)
+    local e = inf:status().last_error
+    assert.matches("header", e)
+    assert.matches("too large", e)
+    assert.is_nil(e:lower():find("out of memory", 1, true))
+  end)
+end)
