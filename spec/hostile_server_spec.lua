@@ -194,7 +194,8 @@ end)
 -- "default" and answers by a script given as JSON:
 --   header_bytes = N      every response carries a header line of N bytes
 --   lists = { body, ... } the Nth list request gets the Nth body (the last one repeats)
---   watches = { lines, ... } the Nth watch gets those lines, then stays open and silent
+--   watches = { lines, ... } the Nth watch gets those lines, then stays open and silent (a
+--                         line "CLOSE" ends the stream there instead)
 -- It exits with its parent (the spec) and is stopped by stop().
 local SCRIPTED = [[
 import json, os, sys, threading, time
@@ -216,7 +217,7 @@ class H(BaseHTTPRequestHandler):
         with lock:
             counts[kind] += 1
             i = counts[kind]
-        seq = script.get(kind + "s") or [[] if watch else {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []}]
+        seq = script.get("watches" if watch else "lists") or [[] if watch else {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []}]
         item = seq[min(i, len(seq)) - 1]
         if not watch:
             body = (item if isinstance(item, str) else json.dumps(item)).encode()
@@ -234,6 +235,10 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for line in item:
+                if line == "CLOSE":  # the end of the stream
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return
                 data = (line if isinstance(line, str) else json.dumps(line)).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
@@ -308,7 +313,7 @@ describe("a response header line of 1 MiB", function()
 
     kinformer.set_logger(function() end)
     finally(function() kinformer.set_logger(nil) end)
-    local inf = assert(client:informer{ resource = "configmaps", backoff_initial = 0.1 })
+    local inf = assert(client:informer{ resource = CONFIGMAPS, backoff_initial = 0.1 })
     finally(function() inf:stop() end)
     assert(inf:start())
     local ok = pump(inf, 5, function() return inf:status().last_error ~= nil end)
@@ -317,5 +322,66 @@ describe("a response header line of 1 MiB", function()
     assert.matches("header", e)
     assert.matches("too large", e)
     assert.is_nil(e:lower():find("out of memory", 1, true))
+  end)
+end)
+
+describe("a relist answered with something that is not a list", function()
+  local srv, inf
+  after_each(function()
+    if inf then inf:stop() end
+    inf = nil
+    if srv then srv:stop() end
+    srv = nil
+    kinformer.set_logger(nil)
+  end)
+
+  local EXPIRED = { type = "ERROR", object = { kind = "Status", apiVersion = "v1", code = 410,
+                                               reason = "Expired", status = "Failure" } }
+  local shapes = {
+    ['"items": {...}'] = [[{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":{"a":{}}}]],
+    ["a Namespace object"] = [[{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default","resourceVersion":"20"}}]],
+    ["{}"] = "{}",
+  }
+  for what, body in pairs(shapes) do
+    it(what .. ": the cache is kept, nothing deleted, the error counted and logged", function()
+      srv = scripted_server{ lists = { cm_list("10", { "a", "b", "c" }), body },
+                             watches = { { EXPIRED, "CLOSE" } } }
+      local logged = {}
+      kinformer.set_logger(function(level, msg) logged[#logged + 1] = msg end)
+      local client = assert(kinformer.client{ server = srv.url })
+      inf = assert(client:informer{ resource = CONFIGMAPS, backoff_initial = 0.1,
+                                    backoff_max = 0.2 })
+      local deleted = 0
+      inf:add_handler{ on_delete = function() deleted = deleted + 1 end }
+      assert(inf:start())
+      assert(inf:wait_for_sync(5))
+      assert.same(3, #inf:store():list())
+      local ok = pump(inf, 5, function()
+        local e = inf:status().last_error
+        return e ~= nil and e:find("not a list", 1, true) ~= nil and inf:status().errors >= 3
+      end)
+      assert.is_true(ok, tostring(inf:status().last_error))
+      assert.same(0, deleted)
+      assert.same(3, #inf:store():list())
+      assert.same(1, inf:status().lists) -- the bad relists did not complete
+      local n = 0
+      for _, m in ipairs(logged) do if m:find("not a list", 1, true) then n = n + 1 end end
+      assert.same(1, n) -- once, not once per retry
+    end)
+  end
+
+  it('"items": null is an empty list, as client-go decodes it', function()
+    srv = scripted_server{ lists = { cm_list("10", { "a", "b" }),
+      [[{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":null}]] },
+      watches = { { EXPIRED, "CLOSE" } } }
+    kinformer.set_logger(function() end)
+    local client = assert(kinformer.client{ server = srv.url })
+    inf = assert(client:informer{ resource = CONFIGMAPS, backoff_initial = 0.1 })
+    local deleted = 0
+    inf:add_handler{ on_delete = function() deleted = deleted + 1 end }
+    assert(inf:start())
+    assert(inf:wait_for_sync(5))
+    assert.is_true(pump(inf, 5, function() return deleted == 2 end))
+    assert.same(0, #inf:store():list())
   end)
 end)
