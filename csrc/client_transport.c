@@ -503,8 +503,14 @@ static void t_release(void *impl)
     kinf_client_unref(impl);
 }
 
+static void t_wake(void *impl)
+{
+    curl_multi_wakeup(((kinf_client *)impl)->multi); /* thread-safe, and io_tick runs each loop */
+}
+
 static const kinf_transport_ops CLIENT_TRANSPORT = {
     t_attach, t_detach, t_get, t_abort, t_queue, t_flush, t_cancel, t_now, t_retain, t_release,
+    t_wake,
 };
 
 kinf_transport kinf_client_transport(kinf_client *c)

@@ -385,3 +385,66 @@ describe("a relist answered with something that is not a list", function()
     assert.same(0, #inf:store():list())
   end)
 end)
+
+describe("a bad watch line on a stream that then goes quiet", function()
+  local srv, inf
+  after_each(function()
+    if inf then inf:stop() end
+    inf = nil
+    if srv then srv:stop() end
+    srv = nil
+    kinformer.set_logger(nil)
+  end)
+
+  it("a malformed line from the fake API server: reported and relisted at once", function()
+    srv = fake.start{ args = { "--bookmark-interval", "3600",
+      "--fault", [[{"watch":true,"path":"/configmaps$","action":"malformed_line"}]] }, quiet = true }
+    kinformer.set_logger(function() end)
+    local client = assert(kinformer.client{ server = srv.url })
+    inf = assert(client:informer{ resource = "configmaps", namespace = "default",
+                                  backoff_initial = 0.1, backoff_max = 0.2 })
+    assert(inf:start())
+    assert(inf:wait_for_sync(5))
+    -- Nothing else is sent on that watch (no bookmark, no event): only the line itself can
+    -- have made the informer act.
+    local t0 = socket.gettime()
+    assert.is_true(pump(inf, 3, function() return inf:status().relists >= 1 end))
+    assert.is_true(socket.gettime() - t0 < 2)
+    local st = inf:status()
+    assert.is_true(st.errors >= 1)
+    assert.matches("bad event", st.last_error)
+    create_cm(srv, "later")
+    assert.is_true(pump(inf, 3, function() return inf:store():get("default/later") ~= nil end))
+  end)
+
+  local OBJ = { kind = "ConfigMap", apiVersion = "v1",
+                metadata = { namespace = "default", name = "x", resourceVersion = "11" } }
+  local lines = {
+    ["an unknown event type"] = { type = "WHATEVER", object = OBJ },
+    ["an ERROR event without an object"] = { type = "ERROR" },
+    ["garbage"] = "}{ not json at all",
+  }
+  for what, line in pairs(lines) do
+    it(what .. ": the error is counted at once and the relist brings what came after", function()
+      srv = scripted_server{ lists = { cm_list("10", { "a" }), cm_list("20", { "a", "later" }) },
+                             watches = { { line } } }
+      local logged = {}
+      kinformer.set_logger(function(level, msg) logged[#logged + 1] = msg end)
+      local client = assert(kinformer.client{ server = srv.url })
+      inf = assert(client:informer{ resource = CONFIGMAPS, backoff_initial = 0.1,
+                                    backoff_max = 0.2 })
+      assert(inf:start())
+      assert(inf:wait_for_sync(5))
+      local t0 = socket.gettime()
+      assert.is_true(pump(inf, 3, function() return inf:store():get("default/later") ~= nil end))
+      assert.is_true(socket.gettime() - t0 < 2)
+      local st = inf:status()
+      assert.is_true(st.errors >= 1)
+      assert.matches("watch /api/v1/configmaps: bad event", st.last_error)
+      assert.same(1, st.relists)
+      local n = 0
+      for _, m in ipairs(logged) do if m:find("bad event", 1, true) then n = n + 1 end end
+      assert.same(1, n)
+    end)
+  end
+end)

@@ -708,56 +708,7 @@ static void gzip_for_lists_only(void)
     }
 }
 
-/* A relist answered with something that is not a list must not replace the cache with
- * nothing (every object deleted): it is an error, the queue is untouched, the list is retried.
- * "items": null is an empty list (client-go decodes it so). */
-static void relist_that_is_not_a_list(void)
-{
-    static const char *const bad[] = {
-        "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"20\"},"
-        "\"items\":{}}",
-        "{\"kind\":\"Namespace\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"t\","
-        "\"resourceVersion\":\"20\"}}",
-        "{}",
-        "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\"20\"},\"items\":\"none\"}",
-    };
-    for (size_t i = 0; i <= sizeof(bad) / sizeof(bad[0]); i++) {
-        for (int bytewise = 0; bytewise < 2; bytewise++) {
-            fx f = fx_new(0);
-            kinf_reflector_status st;
-            kinf_delta_type t = KINF_DELTA_SYNC;
-            expect_request(&f, SC_LIST);
-            respond_str(&f, LIST("10", POD("a", "5") "," POD("b", "6")), bytewise);
-            expect_request(&f, SC_WATCH);
-            respond_str(&f, EV("ERROR", "{\"kind\":\"Status\",\"code\":410,\"reason\":\"Expired\"}"),
-                        bytewise);
-            expect_request(&f, SC_LIST);
-            if (i == sizeof(bad) / sizeof(bad[0])) {
-                respond_str(&f, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":"
-                                "{\"resourceVersion\":\"20\"},\"items\":null}", bytewise);
-                kinf_reflector_status_get(f.r, &st);
-                CHECK(st.lists == 2 && st.errors == 1);
-                (void)newest(&f, "t/a", &t);
-                CHECK(t == KINF_DELTA_DELETED); /* an empty list: a is gone */
-                expect_request(&f, SC_WATCH);
-                fx_free(&f);
-                continue;
-            }
-            respond_str(&f, bad[i], bytewise);
-            kinf_reflector_status_get(f.r, &st);
-            CHECK(st.lists == 1 && st.errors == 2);
-            CHECK(strstr(st.last_error, "not a list: no \"items\" array") != NULL);
-            CHECK_STR(newest(&f, "t/a", &t), "5");
-            CHECK(t == KINF_DELTA_REPLACED); /* no deletion queued */
-            CHECK_STR(newest(&f, "t/b", &t), "6");
-            CHECK(t == KINF_DELTA_REPLACED);
-            expect_request(&f, SC_LIST); /* retried after the backoff */
-            fx_free(&f);
-        }
-    }
-}
-
-TEST_MAIN(TEST(list_then_watch), TEST(relist_that_is_not_a_list), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
+TEST_MAIN(TEST(list_then_watch), TEST(error_messages_are_clean), TEST(watch_list_initial_state),
           TEST(rv_advances_only_with_applied_events), TEST(long_rv_and_continue_token),
           TEST(http_errors_and_continuation), TEST(expired_continuation_after_an_empty_page),
           TEST(failed_full_list_starts_over), TEST(page_bad_at_its_end),
