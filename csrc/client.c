@@ -399,6 +399,7 @@ void kinf_client_unref(kinf_client *c)
     pthread_mutex_lock(&c->mu);
     c->stopping = 1;
     running = c->thread_running;
+    kinf_creds_interrupt(c->creds, 1); /* a plugin run in progress ends: the join is prompt */
     pthread_mutex_unlock(&c->mu);
     if (running) {
         curl_multi_wakeup(c->multi);

@@ -326,6 +326,8 @@ static void serve_detaches_locked(kinf_client *c)
     if (c->ndetaching) {
         c->ndetaching = 0;
         c->detach_done++;
+        if (!c->stopping)
+            kinf_creds_interrupt(c->creds, 0); /* plugins may run again */
         pthread_cond_broadcast(&c->changed);
     }
 }
@@ -462,6 +464,10 @@ static void t_detach(void *impl, kinf_reflector *r)
     }
     /* Room was reserved at attach: detaching never allocates and so never fails. */
     c->detaching[c->ndetaching++] = r;
+    /* The I/O thread may be running an exec plugin (under creds_mu, for up to its timeout):
+     * that run ends now, so the detach is served at once. Set under mu, as the I/O thread
+     * clears it under mu once it served the detaches: a detach never finds it cleared early. */
+    kinf_creds_interrupt(c->creds, 1);
     gen = c->detach_done;
     pthread_mutex_unlock(&c->mu);
     curl_multi_wakeup(c->multi);

@@ -10,6 +10,9 @@
  * Limits: a token file at 64 KiB (a larger one is refused, never cut); the plugin's limits are in
  * exec_credential.h.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pipe2: close-on-exec from the start, no window for a concurrent spawn */
+#endif
 #include "credentials.h"
 
 #include <errno.h>
@@ -57,6 +60,8 @@ struct kinf_creds {
     char *cert_pem, *key_pem;
     double expires;         /* wall-clock seconds; 0: no expiry */
     unsigned long runs;
+    int cancel[2];          /* a pipe, non-blocking; a byte in it ends plugin runs
+                               (kinf_creds_interrupt); -1 without exec */
 
     char **extra;           /* more secrets to redact (kinf_creds_add_secret) */
     size_t nextra;
@@ -365,7 +370,8 @@ static void redact_exec_message(void *ud, char *msg, size_t len, const char *tok
 /* Runs the plugin and takes its credential over. */
 static kinf_err run_exec(kinf_creds *cr, char *errbuf, size_t errlen)
 {
-    kinf_exec_plugin p = {cr->argv, cr->env, cr->api_version, cr->install_hint, cr->timeout};
+    kinf_exec_plugin p = {cr->argv, cr->env, cr->api_version, cr->install_hint, cr->timeout,
+                          cr->cancel[0]};
     kinf_exec_credential c;
     kinf_err err = kinf_exec_credential_run(&p, redact_exec_message, cr, &c, errbuf, errlen);
 
@@ -438,6 +444,7 @@ kinf_creds *kinf_creds_new(const kinf_creds_config *cfg, kinf_err *err, char *er
     if (cr == NULL)
         goto nomem;
     cr->generation = 1;
+    cr->cancel[0] = cr->cancel[1] = -1;
     if (cfg && cfg->token && cfg->token[0]) {
         cr->kind = CR_TOKEN;
         cr->token = dup_or_null(cfg->token, &failed);
@@ -455,6 +462,10 @@ kinf_creds *kinf_creds_new(const kinf_creds_config *cfg, kinf_err *err, char *er
         cr->api_version = dup_or_null(x->api_version, &failed);
         cr->install_hint = dup_or_null(x->install_hint, &failed);
         cr->timeout = x->timeout > 0 ? x->timeout : EXEC_DEFAULT_TIMEOUT;
+        if (pipe2(cr->cancel, O_CLOEXEC | O_NONBLOCK) != 0) {
+            cr->cancel[0] = cr->cancel[1] = -1;
+            failed = 1;
+        }
     }
     if (failed)
         goto nomem;
@@ -493,7 +504,29 @@ void kinf_creds_free(kinf_creds *cr)
     for (size_t i = 0; i < cr->nextra; i++)
         kinf_wipe_free(cr->extra[i]);
     free(cr->extra);
+    for (int i = 0; i < 2; i++)
+        if (cr->cancel[i] >= 0)
+            close(cr->cancel[i]);
     free(cr);
+}
+
+void kinf_creds_interrupt(kinf_creds *cr, int on)
+{
+    char b[64];
+    if (cr == NULL || cr->cancel[1] < 0)
+        return;
+    if (on) {
+        /* Full pipe (EAGAIN): it is readable anyway. */
+        while (write(cr->cancel[1], "x", 1) < 0 && errno == EINTR)
+            ;
+    } else {
+        for (;;) {
+            ssize_t n = read(cr->cancel[0], b, sizeof(b));
+            if (n > 0 || (n < 0 && errno == EINTR))
+                continue;
+            break;
+        }
+    }
 }
 
 kinf_err kinf_creds_add_secret(kinf_creds *cr, const char *secret)

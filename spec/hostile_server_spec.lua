@@ -448,3 +448,69 @@ describe("a bad watch line on a stream that then goes quiet", function()
     end)
   end
 end)
+
+describe("an exec credential plugin that hangs", function()
+  local srv, dir
+  before_each(function()
+    dir = tmpdir()
+    srv = fake.start{ quiet = true }
+  end)
+  after_each(function()
+    -- Whatever the outcome, nothing the plugin started outlives the spec.
+    for _, f in ipairs({ "plugin.pid", "child.pid" }) do
+      local h = io.open(dir .. "/" .. f)
+      local pid = h and tonumber(h:read("l"))
+      if h then h:close() end
+      if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+    end
+    if srv then srv:stop() end
+    rmtree(dir)
+  end)
+
+  it("informer:stop() does not wait for it; the plugin and its child are killed", function()
+    write(dir .. "/hang.sh", "#!/bin/sh\nsleep 60 &\necho $! > " .. dir .. "/child.pid\n"
+      .. "echo $$ > " .. dir .. "/plugin.pid\nexec sleep 60\n")
+    assert(os.execute("chmod 700 " .. quote(dir .. "/hang.sh")))
+    write(dir .. "/kubeconfig", table.concat({
+      "apiVersion: v1", "kind: Config",
+      "clusters:", "- name: c", "  cluster:", "    server: " .. srv.url,
+      "contexts:", "- name: x", "  context:", "    cluster: c", "    user: u",
+      "current-context: x",
+      "users:", "- name: u", "  user:", "    exec:",
+      "      apiVersion: client.authentication.k8s.io/v1",
+      "      command: " .. dir .. "/hang.sh",
+      "      interactiveMode: Never", "" }, "\n"))
+    local out, ok = run_child([[
+      local kinformer = require "kinformer"
+      local core = require "kinformer.core"
+      kinformer.set_logger(function() end)
+      local c = assert(kinformer.client{ kubeconfig = arg[2] .. "/kubeconfig" })
+      local inf = assert(c:informer{ resource = { group = "", version = "v1",
+        resource = "configmaps", namespaced = true } })
+      assert(inf:start())
+      local deadline = core.now() + 5
+      repeat -- until the plugin runs (on the I/O thread) and has started its child
+        local f = io.open(arg[2] .. "/child.pid")
+        if f then f:close() break end
+        core.wait({}, 0.05)
+      until core.now() > deadline
+      core.wait({}, 0.2)
+      local t0 = core.now()
+      inf:stop()
+      print(string.format("stop took %.2f", core.now() - t0))
+      c = nil
+      collectgarbage()
+    ]], { dir }, 25)
+    assert.is_true(ok, out)
+    local took = tonumber(out:match("stop took ([%d.]+)"))
+    assert.is_truthy(took and took < 2, out)
+    for _, f in ipairs({ "plugin.pid", "child.pid" }) do
+      local h = assert(io.open(dir .. "/" .. f))
+      local pid = assert(tonumber(h:read("l")))
+      h:close()
+      local deadline = socket.gettime() + 2
+      while proc.alive(pid) and socket.gettime() < deadline do socket.sleep(0.05) end
+      assert.is_false(proc.alive(pid), f .. " " .. pid .. " still runs")
+    end
+  end)
+end)

@@ -489,6 +489,101 @@ static void exec_failures(void)
     kinf_creds_free(cr);
 }
 
+static double mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The pid a script wrote to file `name` in the folder (0: none yet). */
+static long pid_in(const char *name)
+{
+    long pid = 0;
+    FILE *f = fopen(path_of(name), "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
+/* Whether pid runs (a zombie or a gone process does not), within a second of grace. */
+static int runs(long pid)
+{
+    for (int i = 0; i < 100; i++) {
+        char path[64], buf[512], *rp;
+        FILE *f;
+        size_t n;
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        if ((f = fopen(path, "r")) == NULL)
+            return 0;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        if ((rp = strrchr(buf, ')')) != NULL && (rp[2] == 'Z' || rp[2] == 'X'))
+            return 0;
+        {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 1;
+}
+
+static void *interrupt_soon(void *cr)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kinf_creds_interrupt(cr, 1);
+    return NULL;
+}
+
+/* A plugin that starts a child (holding its stdout) and hangs: a timeout, and an interrupt from
+ * another thread, end the run promptly and kill the plugin's whole process group. */
+static void exec_hanging_plugin_and_its_children(void)
+{
+    kinf_creds *cr;
+    kinf_cred c;
+    pthread_t t;
+    char script[512], msg[512];
+    double t0;
+
+    setup();
+    snprintf(script, sizeof(script),
+             "#!/bin/sh\nsleep 60 &\necho $! > %s/child.pid\necho $$ > %s/plugin.pid\n"
+             "exec sleep 60\n", dir, dir);
+    write_file("hang.sh", script, 0700);
+
+    cr = new_exec("hang.sh", NULL, NULL, 0.5, msg, sizeof(msg));
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 3.0);
+    CHECK(strstr(msg, "did not finish within 0.5 s") != NULL);
+    CHECK(pid_in("plugin.pid") > 0 && !runs(pid_in("plugin.pid")));
+    CHECK(pid_in("child.pid") > 0 && !runs(pid_in("child.pid")));
+    kinf_creds_free(cr);
+    unlink(path_of("plugin.pid"));
+    unlink(path_of("child.pid"));
+
+    cr = new_exec("hang.sh", NULL, NULL, 30, msg, sizeof(msg));
+    CHECK(pthread_create(&t, NULL, interrupt_soon, cr) == 0);
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 2.0);
+    pthread_join(t, NULL);
+    CHECK(strstr(msg, "was stopped before it finished") != NULL);
+    CHECK(pid_in("plugin.pid") > 0 && !runs(pid_in("plugin.pid")));
+    CHECK(pid_in("child.pid") > 0 && !runs(pid_in("child.pid")));
+    /* Still interrupted: a new run ends at once. */
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 1.0);
+    kinf_creds_interrupt(cr, 0);
+    kinf_creds_free(cr);
+}
+
 /* Another thread keeps opening descriptors while plugins run: none of them may be closed
  * under it (a descriptor closed twice by the spawn code would be one of these). */
 static atomic_int churn_stop;
@@ -572,4 +667,5 @@ static void redaction(void)
 TEST_MAIN(TEST(static_token_and_basic), TEST(bad_configs), TEST(token_file),
           TEST(token_file_not_a_token_file),
           TEST(exec_caches_until_expiry_and_invalidation), TEST(exec_args_env_and_certificates),
-          TEST(exec_failures), TEST(exec_never_closes_foreign_descriptors), TEST(redaction))
+          TEST(exec_failures), TEST(exec_hanging_plugin_and_its_children),
+          TEST(exec_never_closes_foreign_descriptors), TEST(redaction))
