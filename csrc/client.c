@@ -399,6 +399,7 @@ void kinf_client_unref(kinf_client *c)
     pthread_mutex_lock(&c->mu);
     c->stopping = 1;
     running = c->thread_running;
+    kinf_creds_interrupt(c->creds, 1); /* a plugin run in progress ends: the join is prompt */
     pthread_mutex_unlock(&c->mu);
     if (running) {
         curl_multi_wakeup(c->multi);
@@ -462,6 +463,21 @@ CURL *kinf_client_easy(kinf_client *c, const char *path_query, char *errbuf, siz
     return client_easy(c, path_query, &x, errbuf, errlen);
 }
 
+void client_header_seen(struct kinf_xfer *x, const char *data, size_t len)
+{
+    if (len >= 5 && memcmp(data, "HTTP/", 5) == 0)
+        x->headers_done = 0; /* a new block: after a 1xx, or the response's own */
+    else if ((len == 2 && data[0] == '\r' && data[1] == '\n') || (len == 1 && data[0] == '\n'))
+        x->headers_done = 1;
+}
+
+/* The header callback of blocking requests; the I/O thread's transfers set their own. */
+static size_t on_header_line(char *data, size_t size, size_t nitems, void *ud)
+{
+    client_header_seen(ud, data, size * nitems);
+    return size * nitems;
+}
+
 /* Sets every option of a fresh (or reset) easy handle for GET server + path_query; x becomes
  * its CURLOPT_PRIVATE, zeroed but for c, easy and cred_gen. 0, or -1 with a message. */
 static int easy_setup(kinf_client *c, CURL *easy, struct kinf_xfer *x, const char *path_query,
@@ -492,6 +508,8 @@ static int easy_setup(kinf_client *c, CURL *easy, struct kinf_xfer *x, const cha
     SET(CURLOPT_URL, url); /* curl copies it */
     SET(CURLOPT_PRIVATE, x);
     SET(CURLOPT_ERRORBUFFER, x->errbuf);
+    SET(CURLOPT_HEADERFUNCTION, on_header_line);
+    SET(CURLOPT_HEADERDATA, x);
     SET(CURLOPT_NOSIGNAL, 1L);
     SET(CURLOPT_HTTPHEADER, c->headers);
     SET(CURLOPT_USERAGENT, c->user_agent);
@@ -707,6 +725,17 @@ void kinf_client_transfer_error(kinf_client *c, CURL *easy, CURLcode result, cha
     case CURLE_SSL_CACERT_BADFILE:
         kinf_errmsg(buf, len, "CA certificate unusable: %s", detail);
         break;
+    case CURLE_OUT_OF_MEMORY:
+        /* libcurl ends a transfer whose response header line (or, in newer versions, whose
+         * headers together) outgrow its limit with this code, in 7.88 with no detail: inside
+         * the headers, that is what it means. */
+        if (x != NULL && !x->headers_done) {
+            kinf_errmsg(buf, len, "response headers too large: a header line longer than "
+                        "libcurl accepts (%d KiB)%s%s", CURL_MAX_HTTP_HEADER / 1024,
+                        x->errbuf[0] ? ": " : "", x->errbuf);
+            break;
+        }
+        /* fall through */
     default:
         if (strcmp(detail, what) == 0)
             kinf_errmsg(buf, len, "%s", what);

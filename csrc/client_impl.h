@@ -80,6 +80,8 @@ struct kinf_xfer {
     long code;                  /* HTTP status once on_response ran */
     double retry_after;         /* from a Retry-After header, 0: none */
     int responded;              /* on_response ran */
+    int headers_done;           /* the last header block seen ended (its blank line came):
+                                   a failure before that is a failure reading headers */
     double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
     struct curl_slist *headers; /* this transfer's own header list (an Accept of its own), or
                                    NULL: the client's; freed with the handle */
@@ -87,6 +89,10 @@ struct kinf_xfer {
     char local_ip[48], peer_ip[48]; /* its addresses, as inet_ntop writes them */
     struct kinf_xfer *prev, *next; /* in c->xfers */
 };
+
+/* Header callbacks pass every header line here (the status line and the blank line too), so a
+ * transfer knows whether it failed inside its response headers. */
+void client_header_seen(struct kinf_xfer *x, const char *data, size_t len);
 
 /* An easy handle as kinf_client_easy makes it; *x (its CURLOPT_PRIVATE) is zeroed but for c,
  * easy and cred_gen. */

@@ -180,6 +180,7 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     struct kinf_xfer *x = ud;
     size_t len = size * nitems;
     x->last_byte = kinf_now();
+    client_header_seen(x, data, len);
     if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
         x->retry_after = strtod(data + 12, NULL);
     else if (len > 8 && strncasecmp(data, "Warning:", 8) == 0)
@@ -325,6 +326,8 @@ static void serve_detaches_locked(kinf_client *c)
     if (c->ndetaching) {
         c->ndetaching = 0;
         c->detach_done++;
+        if (!c->stopping)
+            kinf_creds_interrupt(c->creds, 0); /* plugins may run again */
         pthread_cond_broadcast(&c->changed);
     }
 }
@@ -461,6 +464,10 @@ static void t_detach(void *impl, kinf_reflector *r)
     }
     /* Room was reserved at attach: detaching never allocates and so never fails. */
     c->detaching[c->ndetaching++] = r;
+    /* The I/O thread may be running an exec plugin (under creds_mu, for up to its timeout):
+     * that run ends now, so the detach is served at once. Set under mu, as the I/O thread
+     * clears it under mu once it served the detaches: a detach never finds it cleared early. */
+    kinf_creds_interrupt(c->creds, 1);
     gen = c->detach_done;
     pthread_mutex_unlock(&c->mu);
     curl_multi_wakeup(c->multi);
@@ -502,8 +509,14 @@ static void t_release(void *impl)
     kinf_client_unref(impl);
 }
 
+static void t_wake(void *impl)
+{
+    curl_multi_wakeup(((kinf_client *)impl)->multi); /* thread-safe, and io_tick runs each loop */
+}
+
 static const kinf_transport_ops CLIENT_TRANSPORT = {
     t_attach, t_detach, t_get, t_abort, t_queue, t_flush, t_cancel, t_now, t_retain, t_release,
+    t_wake,
 };
 
 kinf_transport kinf_client_transport(kinf_client *c)

@@ -7,8 +7,12 @@
  *
  * This file keeps the credential sources, their cache and refresh rules, and redaction; one
  * run of an exec plugin (its process and its ExecCredential output) is exec_credential.c.
- * Limits: a token file at 64 KiB; the plugin's limits are in exec_credential.h.
+ * Limits: a token file at 64 KiB (a larger one is refused, never cut); the plugin's limits are in
+ * exec_credential.h.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pipe2: close-on-exec from the start, no window for a concurrent spawn */
+#endif
 #include "credentials.h"
 
 #include <errno.h>
@@ -56,6 +60,8 @@ struct kinf_creds {
     char *cert_pem, *key_pem;
     double expires;         /* wall-clock seconds; 0: no expiry */
     unsigned long runs;
+    int cancel[2];          /* a pipe, non-blocking; a byte in it ends plugin runs
+                               (kinf_creds_interrupt); -1 without exec */
 
     char **extra;           /* more secrets to redact (kinf_creds_add_secret) */
     size_t nextra;
@@ -141,38 +147,61 @@ static void set_token(kinf_creds *cr, char *tok)
 
 /* ---- token file ---- */
 
-/* Reads the file into a fresh trimmed string. KINF_EIO with a message on failure. */
-static kinf_err read_token_file(const char *path, char **out, struct stat *st, char *errbuf,
-                                size_t errlen)
+/* Reads the file into a fresh trimmed string. KINF_EIO with a message on failure; *bad is set
+ * when the path holds no token file at all (not a regular file, larger than TOKEN_FILE_MAX, a
+ * NUL byte or a space in the token) rather than one that cannot be read now (missing,
+ * unreadable, empty: a rotation may be under way). The open never blocks: a FIFO, a device or a socket put at the path is
+ * refused before any read, so the I/O thread cannot hang in open() or read() for a writer. */
+static kinf_err read_token_file(const char *path, char **out, struct stat *st, int *bad,
+                                char *errbuf, size_t errlen)
 {
     char *buf = NULL;
     size_t n = 0;
     ssize_t got;
     kinf_err err = KINF_EIO;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 
     *out = NULL;
+    *bad = 1;
     if (fd < 0) {
         kinf_errmsg(errbuf, errlen, "token file %s: %s", path, strerror(errno));
+        *bad = 0;
         return KINF_EIO;
     }
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    if (fstat(fd, st) != 0) {
+        kinf_errmsg(errbuf, errlen, "token file %s: %s", path, strerror(errno));
+        *bad = 0;
+        goto out;
+    }
+    if (!S_ISREG(st->st_mode)) {
         kinf_errmsg(errbuf, errlen, "token file %s: not a regular file", path);
         goto out;
     }
-    if ((buf = malloc(TOKEN_FILE_MAX + 1)) == NULL) {
+    if (st->st_size > TOKEN_FILE_MAX) {
+        kinf_errmsg(errbuf, errlen, "token file %s: larger than %d KiB", path,
+                    TOKEN_FILE_MAX / 1024);
+        goto out;
+    }
+    if ((buf = malloc(TOKEN_FILE_MAX + 2)) == NULL) {
         kinf_errmsg(errbuf, errlen, "out of memory");
         err = KINF_ENOMEM;
         goto out;
     }
-    while (n < TOKEN_FILE_MAX && (got = read(fd, buf + n, TOKEN_FILE_MAX - n)) != 0) {
+    /* One byte more than the limit: a file that grew since fstat is refused, never cut. */
+    while (n <= TOKEN_FILE_MAX && (got = read(fd, buf + n, TOKEN_FILE_MAX + 1 - n)) != 0) {
         if (got < 0) {
             if (errno == EINTR)
                 continue;
             kinf_errmsg(errbuf, errlen, "token file %s: %s", path, strerror(errno));
+            *bad = 0;
             goto out;
         }
         n += (size_t)got;
+    }
+    if (n > TOKEN_FILE_MAX) {
+        kinf_errmsg(errbuf, errlen, "token file %s: larger than %d KiB", path,
+                    TOKEN_FILE_MAX / 1024);
+        goto out;
     }
     buf[n] = '\0';
     if (strlen(buf) != n) {
@@ -182,6 +211,7 @@ static kinf_err read_token_file(const char *path, char **out, struct stat *st, c
     trim(buf);
     if (buf[0] == '\0') {
         kinf_errmsg(errbuf, errlen, "token file %s is empty", path);
+        *bad = 0;
         goto out;
     }
     if (!kinf_token_ok(buf)) {
@@ -191,10 +221,11 @@ static kinf_err read_token_file(const char *path, char **out, struct stat *st, c
     }
     *out = buf;
     buf = NULL;
+    *bad = 0;
     err = KINF_OK;
 out:
     if (buf != NULL) {
-        kinf_wipe(buf, TOKEN_FILE_MAX + 1);
+        kinf_wipe(buf, TOKEN_FILE_MAX + 2);
         free(buf);
     }
     close(fd);
@@ -213,12 +244,16 @@ static kinf_err refresh_token_file(kinf_creds *cr, char *errbuf, size_t errlen)
     struct stat st;
     char *tok;
     kinf_err err;
+    int bad;
 
     if (!cr->stale && stat(cr->token_file, &st) == 0 && same_file(cr, &st))
         return KINF_OK;
-    err = read_token_file(cr->token_file, &tok, &st, errbuf, errlen);
+    err = read_token_file(cr->token_file, &tok, &st, &bad, errbuf, errlen);
+    /* A file that cannot be read now (a rotation under way) keeps the last good token in use,
+     * as client-go does. One that is no token file any more fails the request, so the error
+     * shows in the caller's status instead of an old token going out unnoticed. */
     if (err != KINF_OK)
-        return cr->token != NULL && err != KINF_ENOMEM ? KINF_OK : err; /* keep the last good one */
+        return cr->token != NULL && err == KINF_EIO && !bad ? KINF_OK : err;
     cr->stale = 0;
     cr->have_id = 1;
     cr->dev = st.st_dev;
@@ -335,7 +370,8 @@ static void redact_exec_message(void *ud, char *msg, size_t len, const char *tok
 /* Runs the plugin and takes its credential over. */
 static kinf_err run_exec(kinf_creds *cr, char *errbuf, size_t errlen)
 {
-    kinf_exec_plugin p = {cr->argv, cr->env, cr->api_version, cr->install_hint, cr->timeout};
+    kinf_exec_plugin p = {cr->argv, cr->env, cr->api_version, cr->install_hint, cr->timeout,
+                          cr->cancel[0]};
     kinf_exec_credential c;
     kinf_err err = kinf_exec_credential_run(&p, redact_exec_message, cr, &c, errbuf, errlen);
 
@@ -408,6 +444,7 @@ kinf_creds *kinf_creds_new(const kinf_creds_config *cfg, kinf_err *err, char *er
     if (cr == NULL)
         goto nomem;
     cr->generation = 1;
+    cr->cancel[0] = cr->cancel[1] = -1;
     if (cfg && cfg->token && cfg->token[0]) {
         cr->kind = CR_TOKEN;
         cr->token = dup_or_null(cfg->token, &failed);
@@ -425,6 +462,10 @@ kinf_creds *kinf_creds_new(const kinf_creds_config *cfg, kinf_err *err, char *er
         cr->api_version = dup_or_null(x->api_version, &failed);
         cr->install_hint = dup_or_null(x->install_hint, &failed);
         cr->timeout = x->timeout > 0 ? x->timeout : EXEC_DEFAULT_TIMEOUT;
+        if (pipe2(cr->cancel, O_CLOEXEC | O_NONBLOCK) != 0) {
+            cr->cancel[0] = cr->cancel[1] = -1;
+            failed = 1;
+        }
     }
     if (failed)
         goto nomem;
@@ -463,7 +504,29 @@ void kinf_creds_free(kinf_creds *cr)
     for (size_t i = 0; i < cr->nextra; i++)
         kinf_wipe_free(cr->extra[i]);
     free(cr->extra);
+    for (int i = 0; i < 2; i++)
+        if (cr->cancel[i] >= 0)
+            close(cr->cancel[i]);
     free(cr);
+}
+
+void kinf_creds_interrupt(kinf_creds *cr, int on)
+{
+    char b[64];
+    if (cr == NULL || cr->cancel[1] < 0)
+        return;
+    if (on) {
+        /* Full pipe (EAGAIN): it is readable anyway. */
+        while (write(cr->cancel[1], "x", 1) < 0 && errno == EINTR)
+            ;
+    } else {
+        for (;;) {
+            ssize_t n = read(cr->cancel[0], b, sizeof(b));
+            if (n > 0 || (n < 0 && errno == EINTR))
+                continue;
+            break;
+        }
+    }
 }
 
 kinf_err kinf_creds_add_secret(kinf_creds *cr, const char *secret)

@@ -8,7 +8,10 @@
  *   token, or a client certificate and key, optionally an expirationTimestamp).
  * - kinf_creds_get returns the credential to send now:
  *     token file: re-read when its identity (device, inode, size, mtime) changes, and after
- *       kinf_creds_invalidate; if a re-read fails, the last good token stays in use;
+ *       kinf_creds_invalidate; if a re-read fails because the file is missing, unreadable or
+ *       empty (a rotation under way), the last good token stays in use; a path that holds no
+ *       token file (not a regular file: a FIFO is never opened for a blocking read; larger
+ *       than 64 KiB: never cut; a NUL or a space in the token) fails the get with the cause;
  *     exec: the plugin runs on first use, when the cached credential's expirationTimestamp has
  *       passed (wall clock; no expiry: cached until invalidated), and after
  *       kinf_creds_invalidate. The plugin is started with posix_spawnp: argv as configured, no
@@ -20,9 +23,10 @@
  * - Secrets (tokens, password, private key, plugin output) never appear in a message this
  *   module writes. kinf_creds_redact removes the known secrets from any other message.
  *
- * Threads: new and free from any thread; everything else from one thread at a time (the
- * client's I/O thread once the client is running). No locks, no global state. Running a
- * plugin blocks the calling thread for up to its timeout.
+ * Threads: new and free from any thread; kinf_creds_interrupt from any thread at any time;
+ * everything else from one thread at a time (the client's I/O thread once the client is
+ * running). No locks, no global state. Running a plugin blocks the calling thread for up to
+ * its timeout, or until kinf_creds_interrupt.
  *
  * Ownership: kinf_creds_new copies everything it is given. The pointers in a kinf_cred stay
  * valid until the next get / invalidate / free on the same object; copy what you keep
@@ -67,6 +71,13 @@ typedef struct kinf_cred {
     const char *key_pem;           /* its private key (PEM) or NULL */
     unsigned long generation;      /* give it back to kinf_creds_invalidate */
 } kinf_cred;
+
+/* From any thread, no lock needed (it only touches a pipe made at creation): on = 1 makes a
+ * plugin run in progress, and every run started until on = 0, end at once with an error (its
+ * process group killed and reaped); on = 0 lets runs go ahead again. A client sets it while a
+ * reflector detaches or the client stops, so neither waits for a hanging plugin. Nothing for
+ * sources other than exec. */
+void kinf_creds_interrupt(kinf_creds *cr, int on);
 
 /* Copies cfg; validates it (KINF_EINVAL with a message) and reads a token file (KINF_EIO). */
 kinf_creds *kinf_creds_new(const kinf_creds_config *cfg, kinf_err *err, char *errbuf,

@@ -458,12 +458,28 @@ static void tidy_stderr(char *s, size_t max)
 typedef struct run_result {
     int spawn_errno;  /* posix_spawnp failed with this */
     int timed_out;
+    int cancelled;    /* p->cancel_fd became readable */
     int too_big;
     int status;       /* waitpid status; valid when reaped */
     int reaped;       /* 0: someone else reaped the child (ECHILD) */
 } run_result;
 
-static void reap(pid_t pid, double deadline, run_result *rr)
+/* Whether cancel_fd (-1: none) is readable within ms milliseconds. */
+static int cancel_seen(int cancel_fd, int ms)
+{
+    struct pollfd c = {cancel_fd, POLLIN, 0};
+    if (cancel_fd < 0) {
+        struct timespec ts = {0, (long)ms * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    return poll(&c, 1, ms) > 0 && (c.revents & POLLIN);
+}
+
+/* Waits for the plugin until deadline or a cancel; then SIGKILL to its whole process group
+ * (what it started in the background too) and a blocking wait. The group is killed while its
+ * leader is not reaped yet, so its id cannot have been reused. */
+static void reap(pid_t pid, double deadline, int cancel_fd, run_result *rr)
 {
     for (;;) {
         pid_t w = waitpid(pid, &rr->status, WNOHANG);
@@ -477,17 +493,16 @@ static void reap(pid_t pid, double deadline, run_result *rr)
             rr->reaped = 0;
             return;
         }
-        if (kinf_now() >= deadline) {
-            rr->timed_out = 1;
-            kill(pid, SIGKILL);
+        if (kinf_now() >= deadline || rr->cancelled || cancel_seen(cancel_fd, 5)) {
+            if (!rr->cancelled && kinf_now() >= deadline)
+                rr->timed_out = 1;
+            else
+                rr->cancelled = 1;
+            kill(-pid, SIGKILL);
             while ((w = waitpid(pid, &rr->status, 0)) < 0 && errno == EINTR)
                 ;
             rr->reaped = w == pid;
             return;
-        }
-        {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
         }
     }
 }
@@ -506,7 +521,7 @@ static kinf_err spawn_and_collect(const kinf_exec_plugin *p, obuf *out, obuf *er
     double deadline;
     kinf_err err = KINF_ENOMEM;
     sigset_t none, defs;
-    struct pollfd pfd[2];
+    struct pollfd pfd[3];
     char chunk[4096];
 
     memset(rr, 0, sizeof(*rr));
@@ -536,7 +551,9 @@ static kinf_err spawn_and_collect(const kinf_exec_plugin *p, obuf *out, obuf *er
         posix_spawn_file_actions_adddup2(&fa, ep[1], 2) != 0 ||
         posix_spawnattr_setsigmask(&attr, &none) != 0 ||
         posix_spawnattr_setsigdefault(&attr, &defs) != 0 ||
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF) != 0)
+        posix_spawnattr_setpgroup(&attr, 0) != 0 || /* its own group: killed as a whole */
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                            POSIX_SPAWN_SETPGROUP) != 0)
         goto out;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
     /* The plugin gets stdin, stdout and stderr only: no socket or file of the host process
@@ -556,6 +573,8 @@ static kinf_err spawn_and_collect(const kinf_exec_plugin *p, obuf *out, obuf *er
     deadline = kinf_now() + p->timeout;
     pfd[0].fd = op[0];
     pfd[1].fd = ep[0];
+    pfd[2].fd = p->cancel_fd;
+    pfd[2].events = POLLIN;
     while (pfd[0].fd >= 0 || pfd[1].fd >= 0) {
         double left = deadline - kinf_now();
         int rc;
@@ -564,9 +583,13 @@ static kinf_err spawn_and_collect(const kinf_exec_plugin *p, obuf *out, obuf *er
             break;
         }
         pfd[0].events = pfd[1].events = POLLIN;
-        rc = poll(pfd, 2, (int)(left * 1000) + 1);
+        rc = poll(pfd, 3, (int)(left * 1000) + 1);
         if (rc < 0 && errno != EINTR)
             break;
+        if (rc > 0 && pfd[2].fd >= 0 && (pfd[2].revents & POLLIN)) {
+            rr->cancelled = 1;
+            break;
+        }
         for (int i = 0; i < 2 && rc > 0; i++) {
             ssize_t got;
             if (pfd[i].fd < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -603,9 +626,9 @@ static kinf_err spawn_and_collect(const kinf_exec_plugin *p, obuf *out, obuf *er
         if (rr->too_big || err != KINF_OK)
             break;
     }
-    if (rr->timed_out || rr->too_big || err != KINF_OK)
-        kill(pid, SIGKILL);
-    reap(pid, rr->timed_out ? kinf_now() : deadline, rr);
+    if (rr->timed_out || rr->too_big || rr->cancelled || err != KINF_OK)
+        kill(-pid, SIGKILL); /* the group: a child holding our pipes goes too */
+    reap(pid, rr->timed_out ? kinf_now() : deadline, p->cancel_fd, rr);
     kinf_wipe(chunk, sizeof(chunk));
 out:
     for (int i = 0; i < 2; i++) {
@@ -675,6 +698,11 @@ kinf_err kinf_exec_credential_run(const kinf_exec_plugin *p, kinf_exec_redact_fn
         kinf_errmsg(errbuf, errlen, "exec plugin: executable \"%s\" not found or not executable "
                     "(exit code 127)%s%s", cmd_name(p), p->install_hint ? "; " : "",
                     p->install_hint ? p->install_hint : "");
+        goto out;
+    }
+    if (rr.cancelled) {
+        kinf_errmsg(errbuf, errlen, "exec plugin \"%s\" was stopped before it finished: its "
+                    "client is stopping", cmd_name(p));
         goto out;
     }
     if (rr.timed_out || rr.too_big || (rr.reaped && (!WIFEXITED(rr.status) ||

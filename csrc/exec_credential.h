@@ -5,8 +5,10 @@
  * to run again and owns redaction.
  *
  * Guarantees: the child gets no stdin, its stdout is capped at 1 MiB (more is an error) and
- * the stderr kept for messages at 4 KiB; a plugin that outlives its timeout is killed and
- * reaped. Every buffer that held plugin output is wiped before it is freed. A message that
+ * the stderr kept for messages at 4 KiB. It runs in a process group of its own: a plugin that
+ * outlives its timeout, or whose run is cancelled (cancel_fd readable), is killed with that
+ * whole group (SIGKILL: what it started in the background too) and reaped; a cancel ends the
+ * run within a few milliseconds. Every buffer that held plugin output is wiped before it is freed. A message that
  * quotes the plugin's stderr goes through the caller's redact function (with the secrets of
  * this run's own output) before it is cut to errbuf's size, so no cut can split a secret.
  * Threads: any thread; a run blocks its caller until the plugin ends or times out. The
@@ -27,6 +29,7 @@ typedef struct kinf_exec_plugin {
     const char *api_version;  /* the ExecCredential apiVersion expected back */
     const char *install_hint; /* appended to "not found" messages, or NULL */
     double timeout;           /* seconds */
+    int cancel_fd;            /* readable: end the run now (-1: none) */
 } kinf_exec_plugin;
 
 /* A run's credential: a token, or a client certificate and key, or both. Owned by the caller

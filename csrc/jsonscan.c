@@ -182,6 +182,7 @@ struct kinf_scanner {
     /* list */
     size_t items;
     int has_items;
+    int items_null;             /* "items": null (client-go decodes it as an empty list) */
     int lmeta_done;             /* the list's "metadata" object is complete */
     int inj_kind, inj_av;
     char pfx_kind[PFX_CAP], pfx_av[PFX_CAP];
@@ -717,6 +718,8 @@ static kinf_err value_begin_hook(kinf_scanner *s, frame *fr, const unsigned char
             *nrole = R_ITEMS;
             s->has_items = 1;
             build_prefixes(s);
+        } else if (c == 'n') {
+            s->items_null = 1;
         }
         break;
     case V_SDETAILS:
@@ -2009,6 +2012,7 @@ void kinf_scanner_reset(kinf_scanner *s, kinf_scan_mode mode)
     s->have_type = s->have_object = 0;
     s->items = 0;
     s->has_items = 0;
+    s->items_null = 0;
     s->lmeta_done = 0;
     s->inj_kind = s->inj_av = 0;
     s->cause_rv = s->cause_msg = 0;
@@ -2158,6 +2162,7 @@ kinf_err kinf_scanner_finish(kinf_scanner *s)
         le.remaining_item_count = -1;
     le.items = s->items;
     le.has_items = s->has_items;
+    le.items_null = s->items_null;
     le.is_status = s->status.is_status;
     le.status = &s->status;
     if (s->opt.on_list_end) {

@@ -140,6 +140,7 @@ typedef struct kinf_scan_list_end {
     long long remaining_item_count; /* metadata.remainingItemCount, -1 when absent */
     size_t items;                   /* number of items reported */
     int has_items;                  /* the body had an "items" array */
+    int items_null;                 /* the body had "items": null */
     int is_status;                  /* kind == "Status": see status */
     const kinf_status *status;      /* code / reason / message of the body (all bodies) */
 } kinf_scan_list_end;

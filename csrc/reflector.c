@@ -331,6 +331,9 @@ static void scan_chunk(void *target, const char *buf, size_t len)
         if (!r->scan_msg[0])
             snprintf(r->scan_msg, sizeof(r->scan_msg), "%s", kinf_scanner_error(r->scanner));
         atomic_store_explicit(&r->scan_failed, 1, memory_order_relaxed);
+        /* A complete bad line (or an ERROR event) on a watch that then goes quiet must be acted
+         * on now, not when the next byte or the idle timeout comes (kinf_reflector_io_tick). */
+        r->tr.ops->wake(r->tr.impl);
     } else if (r->scanner == r->list_scanner) {
         publish_continue(r);
     }
@@ -487,6 +490,17 @@ kinf_err begin_query(kinf_reflector *r, kinf_query *q, kinf_scan_mode mode)
 
 double kinf_reflector_io_tick(kinf_reflector *r, double now)
 {
+    if (r->phase == PH_WATCH && r->xfer != NULL &&
+        atomic_load_explicit(&r->scan_failed, memory_order_relaxed)) {
+        /* The scanner refused the watch's body (a bad line, an ERROR event): the transfer ends
+         * here, as a failed one, and the watch rules decide what comes next (relist, backoff). */
+        r->tr.ops->abort(r->tr.impl, r->xfer);
+        r->xfer = NULL;
+        snprintf(r->xfer_msg, sizeof(r->xfer_msg), "ended after a bad event");
+        r->tr.ops->flush(r->tr.impl, r); /* the [scan] fields are ours after this */
+        transfer_done(r, KINF_XFER_FAILED);
+        now = refl_now(r);
+    }
     if (r->phase != PH_WAIT)
         return now + 1.0;
     if (now < r->due)

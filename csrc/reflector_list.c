@@ -112,6 +112,15 @@ kinf_err on_list_end(void *ud, const kinf_scan_list_end *end)
                  end->status ? end->status->message : "");
         return KINF_EPARSE;
     }
+    if (!end->has_items && !end->items_null) {
+        /* An object that is not a list (no "items" array: {}, a single object, "items" an
+         * object) would replace the cache with nothing: every object deleted. "items": null
+         * is the one empty form besides [] (client-go decodes it as empty). */
+        snprintf(r->scan_msg, sizeof(r->scan_msg),
+                 "the response is not a list: no \"items\" array (kind \"%.*s\")",
+                 (int)(end->kind.len < 64 ? end->kind.len : 64), end->kind.ptr);
+        return KINF_EPARSE;
+    }
     if (!rv_ok(end->resource_version) || memchr(end->continue_.ptr, '\0', end->continue_.len)) {
         snprintf(r->scan_msg, sizeof(r->scan_msg),
                  "list metadata.resourceVersion or continue holds a NUL byte");

@@ -28,6 +28,9 @@
  *   seconds (kinf_now for the real transport; a test's transport may script it).
  * - retain / release: the reflector holds a reference on the transport from kinf_reflector_new
  *   to kinf_reflector_free.
+ * - wake() asks the I/O thread for an io_tick at once (the scanner thread found the body of the
+ *   transfer in progress bad: io_tick then ends the transfer instead of waiting for its next
+ *   byte, which on a quiet watch may be minutes away).
  *
  * Threads: attach / detach / retain / release from the reflector's owner thread (never the I/O
  * thread); get / abort / queue / flush / cancel / now from the I/O thread only (the reflector's
@@ -86,6 +89,10 @@ typedef struct kinf_transport_ops {
     double (*now)(void *impl);
     void (*retain)(void *impl);
     void (*release)(void *impl);
+    /* From any thread (the scanner's): the I/O thread should call io_tick soon, not only at its
+     * next deadline. A transport whose I/O thread ticks right after each callback may do
+     * nothing. */
+    void (*wake)(void *impl);
 } kinf_transport_ops;
 
 typedef struct kinf_transport {
@@ -95,7 +102,8 @@ typedef struct kinf_transport {
 
 /* ---- reflector entry points, for the transport's I/O thread only ---- */
 
-/* Starts what is due; returns the monotonic time (on ops->now's clock) it next wants a tick. */
+/* Starts what is due, and ends a watch whose body the scanner refused; returns the monotonic
+ * time (on ops->now's clock) it next wants a tick. */
 double kinf_reflector_io_tick(kinf_reflector *r, double now);
 /* r is being detached: it aborts its transfer and drops partial state. */
 void kinf_reflector_io_detach(kinf_reflector *r);

@@ -383,6 +383,8 @@ static kinf_err model_end(void *ud, const kinf_scan_list_end *e)
     if (e->is_status || memchr(e->resource_version.ptr, 0, e->resource_version.len) ||
         memchr(e->continue_.ptr, 0, e->continue_.len))
         return KINF_EPARSE; /* an rv or a token with a NUL would be cut: refused */
+    if (!e->has_items && !e->items_null)
+        return KINF_EPARSE; /* not a list: it must not replace the FIFO's content */
     m->list_rv = dup_bytes(e->resource_version.ptr, e->resource_version.len);
     m->list_rv_len = e->resource_version.len;
     m->cont = dup_bytes(e->continue_.ptr, e->continue_.len);

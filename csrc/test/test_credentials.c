@@ -221,6 +221,71 @@ static void token_file(void)
     kinf_creds_free(cr);
 }
 
+/* A token file of n bytes of 'a' (no newline). */
+static void write_big(const char *name, size_t n)
+{
+    char *text = malloc(n + 1);
+    if (text == NULL)
+        exit(2);
+    memset(text, 'a', n);
+    text[n] = '\0';
+    write_file(name, text, 0600);
+    free(text);
+}
+
+/* A FIFO, a device or an oversized file at the token path is refused at once: open never
+ * blocks for a writer (SIGALRM would end the test), and no cut token is ever handed out. */
+static void token_file_not_a_token_file(void)
+{
+    kinf_creds_config cc = {0};
+    kinf_creds *cr;
+    kinf_cred c;
+    kinf_err err;
+    char msg[256];
+
+    alarm(10);
+    setup();
+    CHECK(mkfifo(path_of("fifo"), 0600) == 0);
+    cc.token_file = path_of("fifo");
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "fifo: not a regular file") != NULL);
+    cc.token_file = "/dev/zero";
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "not a regular file") != NULL);
+
+    write_big("big", 64 * 1024 + 1);
+    cc.token_file = path_of("big");
+    CHECK(kinf_creds_new(&cc, &err, msg, sizeof(msg)) == NULL && err == KINF_EIO);
+    CHECK(strstr(msg, "big: larger than 64 KiB") != NULL);
+    write_big("big", 64 * 1024); /* the limit itself is fine */
+    cr = kinf_creds_new(&cc, &err, msg, sizeof(msg));
+    CHECK(cr != NULL);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK && strlen(c.token) == 64 * 1024);
+    kinf_creds_free(cr);
+
+    /* Replaced while in use: the request fails with the cause (the old token is not sent on
+     * as if nothing happened), and a token file put back is used again. */
+    write_file("tok", "good-token\n", 0600);
+    cc.token_file = path_of("tok");
+    cr = kinf_creds_new(&cc, &err, msg, sizeof(msg));
+    CHECK(cr != NULL);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK);
+    CHECK_STR(c.token, "good-token");
+    unlink(path_of("tok"));
+    CHECK(mkfifo(path_of("tok"), 0600) == 0);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO && c.token == NULL);
+    CHECK(strstr(msg, "tok: not a regular file") != NULL);
+    unlink(path_of("tok"));
+    write_big("tok", 100 * 1024);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO && c.token == NULL);
+    CHECK(strstr(msg, "tok: larger than 64 KiB") != NULL);
+    write_file("tok", "next-token\n", 0600);
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_OK);
+    CHECK_STR(c.token, "next-token");
+    kinf_creds_free(cr);
+    alarm(0);
+}
+
 #define CRED(tok, exp)                                                                        \
     "{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","        \
     "\"status\":{\"token\":\"" tok "\",\"expirationTimestamp\":\"" exp "\"}}"
@@ -424,6 +489,101 @@ static void exec_failures(void)
     kinf_creds_free(cr);
 }
 
+static double mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The pid a script wrote to file `name` in the folder (0: none yet). */
+static long pid_in(const char *name)
+{
+    long pid = 0;
+    FILE *f = fopen(path_of(name), "r");
+    if (f != NULL) {
+        if (fscanf(f, "%ld", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
+/* Whether pid runs (a zombie or a gone process does not), within a second of grace. */
+static int runs(long pid)
+{
+    for (int i = 0; i < 100; i++) {
+        char path[64], buf[512], *rp;
+        FILE *f;
+        size_t n;
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        if ((f = fopen(path, "r")) == NULL)
+            return 0;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        if ((rp = strrchr(buf, ')')) != NULL && (rp[2] == 'Z' || rp[2] == 'X'))
+            return 0;
+        {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 1;
+}
+
+static void *interrupt_soon(void *cr)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kinf_creds_interrupt(cr, 1);
+    return NULL;
+}
+
+/* A plugin that starts a child (holding its stdout) and hangs: a timeout, and an interrupt from
+ * another thread, end the run promptly and kill the plugin's whole process group. */
+static void exec_hanging_plugin_and_its_children(void)
+{
+    kinf_creds *cr;
+    kinf_cred c;
+    pthread_t t;
+    char script[512], msg[512];
+    double t0;
+
+    setup();
+    snprintf(script, sizeof(script),
+             "#!/bin/sh\nsleep 60 &\necho $! > %s/child.pid\necho $$ > %s/plugin.pid\n"
+             "exec sleep 60\n", dir, dir);
+    write_file("hang.sh", script, 0700);
+
+    cr = new_exec("hang.sh", NULL, NULL, 0.5, msg, sizeof(msg));
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 3.0);
+    CHECK(strstr(msg, "did not finish within 0.5 s") != NULL);
+    CHECK(pid_in("plugin.pid") > 0 && !runs(pid_in("plugin.pid")));
+    CHECK(pid_in("child.pid") > 0 && !runs(pid_in("child.pid")));
+    kinf_creds_free(cr);
+    unlink(path_of("plugin.pid"));
+    unlink(path_of("child.pid"));
+
+    cr = new_exec("hang.sh", NULL, NULL, 30, msg, sizeof(msg));
+    CHECK(pthread_create(&t, NULL, interrupt_soon, cr) == 0);
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 2.0);
+    pthread_join(t, NULL);
+    CHECK(strstr(msg, "was stopped before it finished") != NULL);
+    CHECK(pid_in("plugin.pid") > 0 && !runs(pid_in("plugin.pid")));
+    CHECK(pid_in("child.pid") > 0 && !runs(pid_in("child.pid")));
+    /* Still interrupted: a new run ends at once. */
+    t0 = mono_now();
+    CHECK(kinf_creds_get(cr, &c, msg, sizeof(msg)) == KINF_EIO);
+    CHECK(mono_now() - t0 < 1.0);
+    kinf_creds_interrupt(cr, 0);
+    kinf_creds_free(cr);
+}
+
 /* Another thread keeps opening descriptors while plugins run: none of them may be closed
  * under it (a descriptor closed twice by the spawn code would be one of these). */
 static atomic_int churn_stop;
@@ -505,5 +665,7 @@ static void redaction(void)
 }
 
 TEST_MAIN(TEST(static_token_and_basic), TEST(bad_configs), TEST(token_file),
+          TEST(token_file_not_a_token_file),
           TEST(exec_caches_until_expiry_and_invalidation), TEST(exec_args_env_and_certificates),
-          TEST(exec_failures), TEST(exec_never_closes_foreign_descriptors), TEST(redaction))
+          TEST(exec_failures), TEST(exec_hanging_plugin_and_its_children),
+          TEST(exec_never_closes_foreign_descriptors), TEST(redaction))
