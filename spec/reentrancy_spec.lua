@@ -1,0 +1,155 @@
+-- Calls into an informer from inside its own handlers: a handler that removes itself or another
+-- handler, adds one, stops the informer or dispatches. Whatever a handler does, dispatch must not
+-- raise, the other handlers keep their events, and a removed handler or a stopped informer
+-- delivers nothing more.
+local kinformer = require "kinformer"
+local core = require "kinformer.core"
+local socket = require "socket"
+local fake = require "support.fake_apiserver"
+
+local function pod(name)
+  return { apiVersion = "v1", kind = "Pod", metadata = { namespace = "default", name = name },
+           spec = { containers = { { name = "c", image = "nginx" } } } }
+end
+
+local function create(srv, name)
+  local code = srv:request("POST", "/api/v1/namespaces/default/pods", pod(name))
+  assert(code == 201, "create " .. name .. ": " .. tostring(code))
+end
+
+-- Dispatches inf until cond() holds or seconds pass; returns whether cond held.
+local function pump(inf, seconds, cond)
+  local deadline = socket.gettime() + seconds
+  repeat
+    inf:dispatch(1000)
+    if cond() then return true end
+    core.wait({ inf:fd() }, 0.02)
+  until socket.gettime() > deadline
+  inf:dispatch(1000)
+  return cond()
+end
+
+-- A handler counting its adds; `also(obj)` runs after the count.
+local function counter(also)
+  local c = { adds = 0 }
+  c.handler = { on_add = function(obj)
+    c.adds = c.adds + 1
+    if also then also(obj) end
+  end }
+  return c
+end
+
+describe("informer re-entrancy", function()
+  local srv, client
+  local informers = {}
+  local logs = {}
+  local function new_informer()
+    local inf = assert(client:informer{ resource = "pods", namespace = "default",
+                                        backoff_initial = 0.05, backoff_max = 0.2 })
+    informers[#informers + 1] = inf
+    return inf
+  end
+
+  setup(function()
+    srv = fake.start{ args = { "--no-default-namespaces", "--bookmark-interval", "0.2" },
+                      quiet = true }
+    client = assert(kinformer.client{ server = srv.url })
+    for i = 1, 3 do create(srv, "p" .. i) end
+  end)
+  teardown(function() if srv then srv:stop() end end)
+  before_each(function()
+    logs = {}
+    kinformer.set_logger(function(level, msg) logs[#logs + 1] = level .. ": " .. msg end)
+  end)
+  after_each(function()
+    for _, inf in ipairs(informers) do inf:stop() end
+    informers = {}
+    kinformer.set_logger(nil)
+  end)
+
+  describe("remove_handler from inside a handler", function()
+    it("a handler that removes itself: the handlers after it still get every event", function()
+      local inf = new_informer()
+      local a
+      a = counter(function() inf:remove_handler(a.reg) end)
+      a.reg = inf:add_handler(a.handler)
+      local b = counter()
+      inf:add_handler(b.handler)
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      assert.equal(1, a.adds)
+      assert.equal(3, b.adds)
+      assert.equal(0, inf:status().handler_errors)
+      assert.equal(1, inf:status().handlers)
+    end)
+
+    it("a handler that removes an earlier one: the handlers after it still get every event",
+      function()
+      local inf = new_informer()
+      local a = counter()
+      a.reg = inf:add_handler(a.handler)
+      local b = counter(function() inf:remove_handler(a.reg) end)
+      inf:add_handler(b.handler)
+      local c = counter()
+      inf:add_handler(c.handler)
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      assert.equal(1, a.adds)
+      assert.equal(3, b.adds)
+      assert.equal(3, c.adds)
+    end)
+
+    it("a handler removed by an earlier one gets nothing more, not even the event in flight",
+      function()
+      local inf = new_informer()
+      local b = counter()
+      local a = counter(function() inf:remove_handler(b.reg) end)
+      inf:add_handler(a.handler)
+      b.reg = inf:add_handler(b.handler)
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      assert.equal(3, a.adds)
+      assert.equal(0, b.adds)
+      assert.is_false(b.reg:has_synced())
+    end)
+  end)
+
+  it("a handler added from inside a handler gets the cache once, then live events", function()
+    local inf = new_informer()
+    local late = counter()
+    local a
+    a = counter(function()
+      if a.adds == 1 then late.reg = assert(inf:add_handler(late.handler)) end
+    end)
+    inf:add_handler(a.handler)
+    assert(inf:start())
+    assert.is_true(inf:wait_for_sync(5))
+    assert.is_true(pump(inf, 5, function() return late.reg:has_synced() end))
+    assert.equal(3, a.adds)
+    assert.equal(3, late.adds)
+    create(srv, "p4")
+    assert.is_true(pump(inf, 5, function() return late.adds == 4 end))
+    assert.equal(4, a.adds)
+    srv:request("DELETE", "/api/v1/namespaces/default/pods/p4")
+  end)
+
+  it("stop from inside a handler: no handler gets anything after stop returned", function()
+    local inf = new_informer()
+    local stopped, after = false, 0
+    local function note() if stopped then after = after + 1 end end
+    local a = counter(function()
+      note()
+      inf:stop()
+      stopped = true
+    end)
+    inf:add_handler(a.handler)
+    inf:add_handler(counter(note).handler)
+    assert(inf:start())
+    local ok, err, code = inf:wait_for_sync(5)
+    assert.is_nil(ok)
+    assert.equal("ECLOSED", code, err)
+    assert.is_true(stopped)
+    assert.equal(0, after)
+    assert.equal(1, a.adds)
+  end)
+end)
