@@ -152,4 +152,63 @@ describe("informer re-entrancy", function()
     assert.equal(0, after)
     assert.equal(1, a.adds)
   end)
+
+  describe("dispatch from inside a handler", function()
+    it("is refused with a clear error during the replay, and no event comes twice", function()
+      local inf = new_informer()
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      local seen, errs = {}, {}
+      inf:add_handler{ on_add = function(obj)
+        seen[#seen + 1] = obj.metadata.name
+        local ok, err = pcall(inf.dispatch, inf)
+        if not ok then errs[#errs + 1] = tostring(err) end
+      end }
+      assert.is_true(pump(inf, 5, function() return #seen >= 3 end))
+      table.sort(seen)
+      assert.same({ "p1", "p2", "p3" }, seen)
+      assert.equal(3, #errs)
+      for _, e in ipairs(errs) do
+        assert.matches("dispatch called from inside a handler", e, 1, true)
+      end
+      assert.equal(0, inf:status().handler_errors)
+    end)
+
+    it("is refused before it delivers anything to the other handlers", function()
+      local inf = new_informer()
+      local late = counter()
+      local during, err
+      local a
+      a = counter(function()
+        if a.adds ~= 1 then return end
+        late.reg = assert(inf:add_handler(late.handler)) -- its replay is now pending
+        local ok
+        ok, err = pcall(inf.dispatch, inf)
+        assert(not ok)
+        during = late.adds
+      end)
+      inf:add_handler(a.handler)
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      assert.equal(0, during)
+      assert.matches("dispatch called from inside a handler", err, 1, true)
+      assert.is_true(pump(inf, 5, function() return late.reg:has_synced() end))
+      assert.equal(3, late.adds)
+    end)
+
+    it("wait_for_sync from inside a handler is refused the same way", function()
+      local inf = new_informer()
+      local err
+      inf:add_handler{ on_add = function()
+        if err == nil then
+          local ok
+          ok, err = pcall(inf.wait_for_sync, inf, 1)
+          err = ok and "returned" or tostring(err)
+        end
+      end }
+      assert(inf:start())
+      assert.is_true(inf:wait_for_sync(5))
+      assert.matches("dispatch called from inside a handler", err, 1, true)
+    end)
+  end)
 end)

@@ -15,7 +15,9 @@
 -- Re-entry: a handler may add or remove handlers and stop the informer. The handler list is
 -- copied on write, so a delivery walks the list it started with; a registration removed
 -- meanwhile, or every registration once the informer stopped, gets nothing more (not even the
--- rest of the event in flight).
+-- rest of the event in flight). A handler that dispatches (directly, through wait_for_sync or
+-- kinformer.run) is refused with an error: a nested dispatch would deliver later events before
+-- the handler returned.
 --
 -- Resync (client-go rules): the informer's `resync` is both the default handler resync and the
 -- resync check period. A handler's own resync of 0 means never; below 1 s it is raised to 1 s;
@@ -32,7 +34,7 @@ local setmetatable, getmetatable, string_format, math_min, math_huge = setmetata
   getmetatable, string.format, math.min, math.huge
 local wait = core.wait
 local log = core.log
-local raise = argcheck.raise
+local raise, fail = argcheck.raise, argcheck.fail
 
 local ADD, UPDATE, DELETE = 1, 2, 3
 local MIN_RESYNC = 1.0 -- client-go's minimumResyncPeriod
@@ -232,14 +234,7 @@ function Informer:_should_resync(t)
   return any
 end
 
---- informer:dispatch(max) -> n: processes up to max queued items (default 100) without blocking
--- and runs the handlers; returns how many it processed (0: nothing was pending).
-function Informer:dispatch(max)
-  if max ~= nil and (type(max) ~= "number" or max < 1) then
-    raise(1, "dispatch", "a number >= 1 expected")
-  end
-  max = max or 100
-  if not self._started or self._stopped then return 0 end
+local function dispatch(self, max)
   self._reflector:drain_log() -- the reflector's failure / recovery lines, logged on this thread
   local n = 0
   if self._pending > 0 then n = self:_drain(max) end
@@ -254,6 +249,24 @@ function Informer:dispatch(max)
     n = n + self._proc:dispatch(max - n, #self._handlers > 0 and self._sink or nil)
   end
   if self._pending > 0 then self._proc:signal() end
+  return n
+end
+
+--- informer:dispatch(max) -> n: processes up to max queued items (default 100) without blocking
+-- and runs the handlers; returns how many it processed (0: nothing was pending). Raises when
+-- called from inside one of this informer's handlers.
+function Informer:dispatch(max)
+  if max ~= nil and (type(max) ~= "number" or max < 1) then
+    raise(1, "dispatch", "a number >= 1 expected")
+  end
+  max = max or 100
+  if self._dispatching then fail("kinformer: dispatch called from inside a handler") end
+  if not self._started or self._stopped then return 0 end
+  self._dispatching = true
+  -- Protected, so that an error escaping the loop does not leave the informer marked busy.
+  local ok, n = pcall(dispatch, self, max)
+  self._dispatching = false
+  if not ok then error(n, 0) end
   return n
 end
 
