@@ -212,3 +212,96 @@ describe("informer re-entrancy", function()
     end)
   end)
 end)
+
+describe("shared store reader re-entrancy", function()
+  local function pod(name, rv)
+    return { apiVersion = "v1", kind = "Pod",
+             metadata = { namespace = "ns", name = name, resourceVersion = tostring(rv) },
+             spec = { containers = { { name = "c", image = "nginx" } } } }
+  end
+
+  -- A writer mirroring a store into slot 1 of seg; put(rv, names...) writes and dispatches.
+  local function writer(seg)
+    local store = kinformer.store{}
+    local fifo = kinformer.delta_fifo{ known_objects = store, emit_replaced = true }
+    local proc = core.processor(fifo, store)
+    assert(proc:mirror(seg, 1))
+    return function(rv, ...)
+      for _, name in ipairs{ ... } do fifo:update(pod(name, rv)) end
+      proc:dispatch(1000)
+    end
+  end
+
+  it("poll from inside its handler is refused, so no change comes before the snapshot's add",
+    function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local put = writer(seg)
+    put(1, "a", "b", "c")
+    local reader = seg:store(1)
+    local got, nested = {}, {}
+    local ok, err
+    local function record(list)
+      return function(kind, obj, _, initial)
+        list[#list + 1] = obj.metadata.name .. "@" .. obj.metadata.resourceVersion ..
+          (kind == 1 and (initial and " add!" or " add") or kind == 2 and " update" or " delete")
+      end
+    end
+    local outer = record(got)
+    local n = reader:poll(100, function(...)
+      outer(...)
+      if #got == 1 then
+        put(2, "a", "b", "c")
+        ok, err = pcall(reader.poll, reader, 100, record(nested))
+      end
+    end)
+    assert.is_false(ok)
+    assert.matches("poll called from inside its handler", err, 1, true)
+    assert.same({}, nested)
+    -- The snapshot was taken before the writes: three initial adds at 1, then the updates.
+    assert.equal(6, n)
+    assert.equal(0, reader:poll(100, record(got)))
+    local last = {}
+    for i, e in ipairs(got) do
+      local name, rv, what = e:match("^(%w+)@(%d+) (.*)$")
+      if i <= 3 then assert.equal("add!", what) end
+      assert.is_true(last[name] == nil or tonumber(rv) > last[name], e)
+      last[name] = tonumber(rv)
+    end
+    assert.same({ a = 2, b = 2, c = 2 }, last)
+  end)
+
+  it("close from inside its poll handler is refused; the reader stays usable", function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local put = writer(seg)
+    put(1, "a", "b")
+    local reader = seg:store(1)
+    assert.equal(2, reader:poll(100, function() end))
+    put(2, "a", "b")
+    local seen, ok, err = 0, nil, nil
+    assert.equal(2, reader:poll(100, function()
+      seen = seen + 1
+      if seen == 1 then ok, err = pcall(reader.close, reader) end
+    end))
+    assert.is_false(ok)
+    assert.matches("close called from inside its poll handler", err, 1, true)
+    assert.equal("2", reader:get("ns/a").metadata.resourceVersion)
+    reader:close()
+  end)
+
+  it("a handler that raises leaves poll usable: nested-call protection does not stick",
+    function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local put = writer(seg)
+    put(1, "a")
+    local reader = seg:store(1)
+    assert.equal(1, reader:poll(100, function() end))
+    put(2, "a")
+    local ok, err = pcall(reader.poll, reader, 100, function() error("boom") end)
+    assert.is_false(ok)
+    assert.matches("boom", err, 1, true)
+    put(3, "a")
+    local got
+    assert.equal(1, reader:poll(100, function(_, obj) got = obj.metadata.resourceVersion end))
+    assert.equal("3", got)
+  end)
+end)
