@@ -16,7 +16,8 @@
  * the first poll, and any after the reader fell behind the log, hands every object as an add
  * (is_initial true) first, then the changes from where that snapshot began, skipping what the
  * snapshot already showed. The tables of replaced and deleted records leave the cache there,
- * so a reader should poll (the OpenResty integration does, from a timer).
+ * so a reader should poll (the OpenResty integration does, from a timer). fn may read the
+ * handle; poll and close from inside fn raise.
  *
  * Ownership: a segment's C handle (segref) and a reader's state (rstate) are reference counted:
  * the userdata hold one reference each, every borrowed record one on its reader's state, and
@@ -728,7 +729,8 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
     return n;
 }
 
-static int sh_poll(lua_State *L)
+/* Protected (sh_poll): the poll itself, with sh_poll's arguments. */
+static int poll_protected(lua_State *L)
 {
     lua_Integer max;
     int fn, n = 0;
@@ -823,6 +825,25 @@ static int sh_poll(lua_State *L)
     return 1;
 }
 
+/* poll(max, fn). A nested poll from fn would hand fn later changes before the rest of the
+ * current snapshot (an older version after a newer one): refused, as is close (sh_close). */
+static int sh_poll(lua_State *L)
+{
+    lshared *s = check_shared(L);
+    int rc;
+    if (s->polling)
+        return luaL_error(L, "kinformer: shared store: poll called from inside its handler");
+    lua_settop(L, 3);
+    lua_pushcfunction(L, poll_protected);
+    lua_insert(L, 1);
+    s->polling = 1;
+    rc = lua_pcall(L, 3, LUA_MULTRET, 0);
+    s->polling = 0; /* also when fn raised */
+    if (rc != LUA_OK)
+        return lua_error(L);
+    return lua_gettop(L);
+}
+
 static int sh_status(lua_State *L)
 {
     kinf_shm_store_info info;
@@ -852,7 +873,7 @@ static int sh_status(lua_State *L)
     return 1;
 }
 
-static int sh_close(lua_State *L)
+static int sh_gc(lua_State *L)
 {
     lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
     if (s->rs == NULL)
@@ -863,6 +884,14 @@ static int sh_close(lua_State *L)
     kl_rstate_unref(s->rs);
     s->rs = NULL;
     return 0;
+}
+
+static int sh_close(lua_State *L)
+{
+    lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
+    if (s->polling)
+        return luaL_error(L, "kinformer: shared store: close called from inside its poll handler");
+    return sh_gc(L);
 }
 
 static int seg_store(lua_State *L)
@@ -876,6 +905,7 @@ static int seg_store(lua_State *L)
         return luaL_error(L, "kinformer: shm: the segment is gone");
     s = kl_newuserdata(L, sizeof(*s));
     s->rs = NULL;
+    s->polling = 0;
     luaL_setmetatable(L, KL_SHARED_MT);
     lua_createtable(L, 5, 0);
     lua_pushvalue(L, 1);
@@ -916,7 +946,7 @@ static const luaL_Reg SHARED_METHODS[] = {
 };
 
 static const luaL_Reg SHARED_META[] = {
-    {"__gc", sh_close},
+    {"__gc", sh_gc},
     {"__len", sh_len},
     {NULL, NULL},
 };

@@ -50,6 +50,7 @@ typedef struct lseg {
 
 typedef struct lshared {
     rstate *rs;
+    int polling; /* inside poll: a nested poll or a close is refused */
 } lshared;
 
 void kl_seg_unref(segref *s);

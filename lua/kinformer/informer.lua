@@ -12,6 +12,13 @@
 -- events; its registration's has_synced() becomes true once the informer synced and the replay
 -- was delivered. Handlers run on the thread that calls dispatch / wait_for_sync / kinformer.run.
 --
+-- Re-entry: a handler may add or remove handlers and stop the informer. The handler list is
+-- copied on write, so a delivery walks the list it started with; a registration removed
+-- meanwhile, or every registration once the informer stopped, gets nothing more (not even the
+-- rest of the event in flight). A handler that dispatches (directly, through wait_for_sync or
+-- kinformer.run) is refused with an error: a nested dispatch would deliver later events before
+-- the handler returned.
+--
 -- Resync (client-go rules): the informer's `resync` is both the default handler resync and the
 -- resync check period. A handler's own resync of 0 means never; below 1 s it is raised to 1 s;
 -- below the check period it lowers the check period before start and is raised to it after.
@@ -28,7 +35,7 @@ local setmetatable, getmetatable, string_format, math_min, math_huge = setmetata
   getmetatable, string.format, math.min, math.huge
 local wait = core.wait
 local log = core.log
-local raise = argcheck.raise
+local raise, fail = argcheck.raise, argcheck.fail
 
 local ADD, UPDATE, DELETE = 1, 2, 3
 local MIN_RESYNC = 1.0 -- client-go's minimumResyncPeriod
@@ -131,7 +138,7 @@ new = function(client_core, opts, res)
     resource = res.resource, group = res.group, version = res.version, path = res.path,
     namespace = opts.namespace, metadata_only = opts.metadata_only == true,
     _store = store, _fifo = fifo, _reflector = reflector, _proc = proc,
-    _handlers = {},           -- registrations, in the order added
+    _handlers = {},           -- registrations, in the order added; replaced, never changed
     _pending = 0,             -- registrations with queued notifications (the replay)
     _default_resync = resync, -- defaultEventHandlerResyncPeriod
     _resync_check = resync,   -- resyncCheckPeriod
@@ -175,8 +182,9 @@ end
 function Informer:_distribute(kind, obj, old, initial, is_resync)
   local hs = self._handlers
   for i = 1, #hs do
+    if self._stopped then return end -- stopped by a handler
     local reg = hs[i]
-    if not is_resync or reg.syncing then
+    if not reg.removed and (not is_resync or reg.syncing) then
       local q = reg.queue
       if q then
         q[#q + 1] = { kind, obj, old, initial }
@@ -200,14 +208,14 @@ function Informer:_drain(max)
         pos = pos + 1
         n = n + 1
         deliver(self, reg, e[1], e[2], e[3], e[4])
-        if reg.queue ~= q then break end -- removed by its own handler
+        if reg.queue ~= q or self._stopped then break end -- removed or stopped by a handler
       end
       reg.qpos = pos
       if pos > #q and reg.queue == q then
         reg.queue = nil
         self._pending = self._pending - 1
       end
-      if n >= max then break end
+      if n >= max or self._stopped then break end
     end
   end
   return n
@@ -227,14 +235,7 @@ function Informer:_should_resync(t)
   return any
 end
 
---- informer:dispatch(max) -> n: processes up to max queued items (default 100) without blocking
--- and runs the handlers; returns how many it processed (0: nothing was pending).
-function Informer:dispatch(max)
-  if max ~= nil and not (type(max) == "number" and max >= 1) then
-    raise(1, "dispatch", "a number >= 1 expected")
-  end
-  max = max or 100
-  if not self._started or self._stopped then return 0 end
+local function dispatch(self, max)
   self._reflector:drain_log() -- the reflector's failure / recovery lines, logged on this thread
   local n = 0
   if self._pending > 0 then n = self:_drain(max) end
@@ -249,6 +250,24 @@ function Informer:dispatch(max)
     n = n + self._proc:dispatch(max - n, #self._handlers > 0 and self._sink or nil)
   end
   if self._pending > 0 then self._proc:signal() end
+  return n
+end
+
+--- informer:dispatch(max) -> n: processes up to max queued items (default 100) without blocking
+-- and runs the handlers; returns how many it processed (0: nothing was pending). Raises when
+-- called from inside one of this informer's handlers.
+function Informer:dispatch(max)
+  if max ~= nil and not (type(max) == "number" and max >= 1) then
+    raise(1, "dispatch", "a number >= 1 expected")
+  end
+  max = max or 100
+  if self._dispatching then fail("kinformer: dispatch called from inside a handler") end
+  if not self._started or self._stopped then return 0 end
+  self._dispatching = true
+  -- Protected, so that an error escaping the loop does not leave the informer marked busy.
+  local ok, n = pcall(dispatch, self, max)
+  self._dispatching = false
+  if not ok then error(n, 0) end
   return n
 end
 
@@ -322,7 +341,10 @@ function Informer:add_handler(h)
     self._pending = self._pending + 1
     self._proc:signal()
   end
-  self._handlers[#self._handlers + 1] = reg
+  local hs, copy = self._handlers, {}
+  for i = 1, #hs do copy[i] = hs[i] end
+  copy[#hs + 1] = reg
+  self._handlers = copy
   return reg
 end
 
@@ -331,16 +353,15 @@ function Informer:remove_handler(reg)
   if getmetatable(reg) ~= Registration then
     raise(1, "remove_handler", "registration expected")
   end
-  local hs = self._handlers
+  if reg.removed or reg.informer ~= self then return true end
+  local hs, copy = self._handlers, {}
   for i = 1, #hs do
-    if hs[i] == reg then
-      table.remove(hs, i)
-      if reg.queue then
-        reg.queue = nil
-        self._pending = self._pending - 1
-      end
-      break
-    end
+    if hs[i] ~= reg then copy[#copy + 1] = hs[i] end
+  end
+  self._handlers = copy
+  if reg.queue then
+    reg.queue = nil
+    self._pending = self._pending - 1
   end
   reg.removed = true
   return true
