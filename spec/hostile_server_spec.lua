@@ -69,15 +69,15 @@ describe("transform errors that are not strings", function()
   end
 
   it("a delta_fifo transform raising a table, a __tostring table or a bad __tostring", function()
-    assert.same("transform failed: a table value", fifo_error({}))
+    assert.same("transform failed: (error object of type table)", fifo_error({}))
     assert.same("transform failed: custom text",
       fifo_error(setmetatable({}, { __tostring = function() return "custom text" end })))
-    assert.same("transform failed: a table value",
+    assert.same("transform failed: (error object of type table: its __tostring failed)",
       fifo_error(setmetatable({}, { __tostring = function() error("nested") end })))
-    assert.same("transform failed: a table value",
+    assert.same("transform failed: (error object of type table: its __tostring failed)",
       fifo_error(setmetatable({}, { __tostring = function() return {} end })))
     assert.same("transform failed: 42", fifo_error(42))
-    assert.same("transform failed: a boolean value", fifo_error(true))
+    assert.same("transform failed: (error object of type boolean)", fifo_error(true))
     assert.matches("transform failed: .*plain text", fifo_error("plain text"))
   end)
 
@@ -97,7 +97,8 @@ describe("transform errors that are not strings", function()
     assert(inf:wait_for_sync(5))
     assert.is_nil(inf:store():get("default/bad"))
     local all = table.concat(logged, "\n")
-    assert.matches("transform failed for default/bad: raised: a table value", all, 1, true)
+    assert.matches("transform failed for default/bad: raised: (error object of type table)", all,
+      1, true)
     assert.is_nil(all:find("(null)", 1, true))
   end)
 end)
