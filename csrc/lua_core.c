@@ -7,9 +7,11 @@
  * file registers its own classes and functions (kl_open_*), called from luaopen below.
  * Threads: everything here runs on the thread that owns the Lua state.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lua_kinf.h"
 #include "lua_shared.h"
@@ -128,7 +130,26 @@ static int l_log(lua_State *L)
     return 0;
 }
 
+/* file_type(path) -> "file" | "directory" | "fifo" | "socket" | "device" | "other" | nil, err, code.
+ * stat() never blocks on a FIFO, where opening one for reading waits for a writer: the config
+ * modules ask before they open a file they were pointed at. */
+static int l_file_type(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    const char *t;
+    if (stat(path, &st) != 0)
+        return kl_fail(L, errno == ENOENT ? KINF_ENOTFOUND : KINF_EIO,
+                       lua_pushfstring(L, "%s: %s", path, strerror(errno)));
+    t = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory"
+        : S_ISFIFO(st.st_mode) ? "fifo" : S_ISSOCK(st.st_mode) ? "socket"
+        : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "device" : "other";
+    lua_pushstring(L, t);
+    return 1;
+}
+
 static const luaL_Reg FUNCS[] = {
+    {"file_type", l_file_type},
     {"store", kl_new_store},
     {"shm", kl_new_shm},
     {"delta_fifo", kl_new_fifo},

@@ -22,7 +22,9 @@ local CA = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 -- so $KUBECONFIG, $HOME and the in-cluster variables are under the spec's control. The snippet
 -- sees `config` and `kinformer`; what it returns is JSON-encoded back.
 local LUA = _VERSION == "Lua 5.4" and "lua5.4" or "luajit"
-local function run_with_env(env, snippet)
+-- Runs snippet in a child Lua with exactly env; a child still running after `timeout` seconds
+-- (default 60) is killed, so a hang fails the spec instead of stopping it.
+local function run_with_env(env, snippet, timeout)
   local root = KINFORMER_ROOT
   local build = _VERSION == "Lua 5.4" and "lua5.4" or "luajit"
   local prog = ([[
@@ -34,7 +36,8 @@ local function run_with_env(env, snippet)
     local ok, a, b = pcall(function() %s end)
     io.write(cjson.encode({ ok = ok, a = a == nil and cjson.null or a, b = b == nil and cjson.null or b }))
   ]]):format(root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;", root .. "/build/" .. build .. "/?.so;", snippet)
-  local words = { "env", "-i", "PATH=" .. os.getenv("PATH") }
+  local words = { "timeout", "-s", "KILL", tostring(timeout or 60), "env", "-i",
+                  "PATH=" .. os.getenv("PATH") }
   for k, v in pairs(env) do words[#words + 1] = quote(k .. "=" .. v) end
   words[#words + 1] = LUA
   words[#words + 1] = "-e"
@@ -546,6 +549,26 @@ contexts:
       -- ... unless in_cluster = false
       res = run_with_env(env, ("return config.load{ in_cluster = false, service_account_dir = %q }"):format(sa))
       assert.matches("has no current%-context", res.b)
+    end)
+
+    it("refuses files that are not regular files instead of blocking on them", function()
+      local env = { HOME = dir, KUBERNETES_SERVICE_HOST = "h", KUBERNETES_SERVICE_PORT = "1",
+                    KUBECONFIG = dir .. "/kc-fifo" }
+      assert(os.execute("mkfifo " .. quote(dir .. "/kc-fifo")))
+      local res = run_with_env(env, "return config.load{}", 10)
+      assert.matches("^no configuration found", res.b) -- passed over, like a missing file
+      env.KUBECONFIG = nil
+      os.remove(sa .. "/namespace")
+      assert(os.execute("mkfifo " .. quote(sa .. "/namespace")))
+      res = run_with_env(env, ("return config.load{ in_cluster = true, service_account_dir = %q }")
+        :format(sa), 10)
+      assert.equal("default", res.a.namespace) -- as when the file is missing
+      os.remove(sa .. "/token")
+      assert(os.execute("mkfifo " .. quote(sa .. "/token")))
+      res = run_with_env(env, ("return config.load{ in_cluster = true, service_account_dir = %q }")
+        :format(sa), 10)
+      assert.equal("in-cluster configuration: token file " .. sa .. "/token: not a regular file "
+        .. "(a fifo)", res.b)
     end)
 
     it("says what is missing", function()

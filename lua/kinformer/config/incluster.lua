@@ -30,6 +30,8 @@ function _M.load(dir)
       .. "must be defined"
   end
   local token_file = dir .. "/token"
+  local why = util.not_regular(token_file)
+  if why then return nil, "in-cluster configuration: token file " .. why end
   local f, err = io_open(token_file, "rb")
   if not f then return nil, "in-cluster configuration: token file " .. err end
   f:close()

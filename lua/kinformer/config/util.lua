@@ -4,6 +4,8 @@
 -- Contract: pure functions, any thread. shorten / q never let a control character or more than
 -- 64 bytes of a kubeconfig name into a message (a name can be any YAML string, megabytes long
 -- or spanning lines).
+local core = require "kinformer.core"
+
 local io_open = io.open
 local type, tostring, pairs, ipairs = type, tostring, pairs, ipairs
 local concat, sort = table.concat, table.sort
@@ -11,9 +13,20 @@ local byte = string.byte
 
 local _M = {}
 
+-- A file that is not a regular file (a FIFO would block the open until a writer comes; a device
+-- can be endless) -> why not, else nil.
+local function not_regular(path)
+  local t, err = core.file_type(path)
+  if t == nil then return err end
+  if t ~= "file" then return ("%s: not a regular file (a %s)"):format(path, t) end
+end
+_M.not_regular = not_regular
+
 --- util.read_file(path[, max]) -> data | nil, err
--- max: a size limit in bytes (a path can name /dev/zero); nil for none.
+-- max: a size limit in bytes; nil for none. Only regular files are read.
 function _M.read_file(path, max)
+  local why = not_regular(path)
+  if why then return nil, why end
   local f, err = io_open(path, "rb")
   if not f then return nil, err end
   local data = f:read(max and max + 1 or "*a")
@@ -26,8 +39,9 @@ function _M.read_file(path, max)
   return data
 end
 
---- util.exists(path) -> whether path can be opened for reading
+--- util.exists(path) -> whether path is a regular file that can be opened for reading
 function _M.exists(path)
+  if not_regular(path) then return false end
   local f = io_open(path, "rb")
   if f then f:close() return true end
   return false
