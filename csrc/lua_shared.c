@@ -572,6 +572,7 @@ static int list_common(lua_State *L, int keys_only)
         return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet");
     if (rs->slot < 0)
         return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot");
+    /* Read raw: no Lua code runs that could close the reader and free rs. */
     if (kl_check_list_args(L, fname))
         kl_read_list_options(L, fname, shared_has_index, st, &q, &selector, &selector_len);
     if (q.nmatches > KINF_SHM_STORE_INDEXES)
@@ -677,8 +678,9 @@ static void call_handler(lua_State *L, int fn, int kind, int is_initial)
 
 /* The snapshot: every record as an add; remembers what the handlers got, for the catch-up.
  * The tables are collected inside one read section and handed to fn after it. Returns the
- * number delivered, or -1 with the error pushed (nil, msg, code). */
-static int resync(lua_State *L, rstate *rs, int uv, int fn)
+ * number delivered, or -1 with the error pushed (nil, msg, code). A handler that closes the
+ * reader (s->rs NULL after it: rs is freed) ends the delivery there. */
+static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
 {
     kinf_shm_map_iter it;
     kinf_shm_off off, log = kinf_shm_store_log(rs->st);
@@ -722,6 +724,10 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
         lua_rawgeti(L, arr, i);
         lua_pushnil(L);
         call_handler(L, fn, EV_ADD, 1);
+        if (s->rs == NULL) {
+            n = i;
+            break;
+        }
     }
     lua_pop(L, 1);
     return n;
@@ -739,12 +745,13 @@ static int sh_poll(lua_State *L)
     luaL_checkstack(L, 16, "kinformer: shared store");
     log = kinf_shm_store_log(st);
     if (rs->cursor == 0) {
-        int got = resync(L, rs, uv, fn);
+        int got = resync(L, s_, rs, uv, fn);
         if (got < 0)
             return 3;
         n += got;
     }
-    while (n < max) {
+    /* After every handler call: the handler may have closed the reader, freeing rs. */
+    while (n < max && s_->rs != NULL) {
         kinf_shm_event ev;
         kinf_shm_view v, old;
         kinf_shm_log_read_result r;
@@ -757,7 +764,7 @@ static int sh_poll(lua_State *L)
             kinf_shm_read_end(rs->seg->shm, rs->slot);
             if (r == KINF_SHM_LOG_NONE)
                 break;
-            got = resync(L, rs, uv, fn); /* fell behind: start over */
+            got = resync(L, s_, rs, uv, fn); /* fell behind: start over */
             if (got < 0)
                 return 3;
             n += got;
@@ -815,6 +822,8 @@ static int sh_poll(lua_State *L)
         call_handler(L, fn, ev.type == KINF_SHM_DELETED ? EV_DELETE
                             : ev.type == KINF_SHM_UPDATED ? EV_UPDATE : EV_ADD, 0);
         n++;
+        if (s_->rs == NULL)
+            break;
         if (rs->cursor >= rs->catchup && rs->seen.count > 0)
             seen_clear(rs);
     }
