@@ -108,6 +108,22 @@ describe("a store closed from inside an index function", function()
     proc:close()
   end)
 
+  it("from an informer's sink (no index function running): dispatch goes on", function()
+    local fifo = kinformer.delta_fifo{ known_objects = store }
+    local proc = core.processor(fifo, store)
+    local seen = {}
+    assert(fifo:add(pod("a")))
+    assert(fifo:add(pod("b")))
+    assert.equal(2, proc:dispatch(10, function(_, obj)
+      seen[#seen + 1] = obj.metadata.name
+      store:close()
+    end))
+    assert.same({ "a", "b" }, seen)
+    assert.has_error(function() store:len() end, "kinformer: store is closed")
+    assert.equal(2, proc:status().adds)
+    proc:close()
+  end)
+
   it("a close after the write returned works", function()
     assert(store:add(pod("a")))
     store:close()
