@@ -1,6 +1,7 @@
 # kinformer build. `make` builds kinformer.core for Lua 5.4 (and LuaJIT 2.1 when its headers are
 # installed); `make test` installs missing Debian packages, builds, runs the C tests under
-# sanitizers and the busted specs. The C sources are listed once, in mk/sources.mk; the other
+# sanitizers, the busted specs, and the core specs again against the module built with
+# AddressSanitizer and UBSan (mk/asan-spec.mk) and under valgrind (mk/valgrind.mk). The C sources are listed once, in mk/sources.mk; the other
 # fragments in mk/*.mk add tests and targets of their own.
 
 SHELL    := /bin/bash
@@ -82,13 +83,19 @@ deps:
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kubernetes-client; }
 
 # The whole suite. Output is kept in $(BUILD)/test-*.log and summed up in one closing line (the
-# valgrind re-run of the core specs, mk/valgrind.mk, must be clean but is not counted twice).
+# re-runs of the core specs under ASan+UBSan, mk/asan-spec.mk, and under valgrind, mk/valgrind.mk,
+# must be clean; each reports one line and is not counted twice).
 test: deps
 	@mkdir -p $(BUILD)
 	@$(MAKE) --no-print-directory all
 	@set -o pipefail 2>/dev/null; rc=0; \
 	$(MAKE) --no-print-directory check-sanitize 2>&1 | tee $(BUILD)/test-c.log || rc=1; \
 	$(MAKE) --no-print-directory test-spec 2>&1 | tee $(BUILD)/test-spec.log || rc=1; \
+	if $(MAKE) --no-print-directory check-spec-asan > $(BUILD)/test-spec-asan.log 2>&1; then \
+	    echo "asan+ubsan: the core specs ran clean ($$(grep -o '[0-9]* successes\?' \
+	        $(BUILD)/test-spec-asan.log | tail -1); $(BUILD)/test-spec-asan.log)"; \
+	else rc=1; grep -m1 -A40 'ERROR: AddressSanitizer\|runtime error:' $(BUILD)/test-spec-asan.log \
+	    || tail -40 $(BUILD)/test-spec-asan.log; echo "asan+ubsan: FAILED"; fi; \
 	if $(MAKE) --no-print-directory check-valgrind > $(BUILD)/test-valgrind.log 2>&1; then \
 	    echo "valgrind: the core specs ran clean ($(BUILD)/test-valgrind.log)"; \
 	else rc=1; tail -40 $(BUILD)/test-valgrind.log; echo "valgrind: FAILED"; fi; \
@@ -129,7 +136,8 @@ SPEC_LUAJIT = spec/keys_spec.lua spec/decode_spec.lua spec/encode_spec.lua spec/
               spec/store_list_spec.lua spec/delta_fifo_spec.lua \
               spec/informer_spec.lua spec/workqueue_spec.lua spec/config_spec.lua spec/tls_spec.lua \
               spec/rest_spec.lua spec/leaderelection_spec.lua spec/discovery_spec.lua \
-              spec/metadata_spec.lua spec/shared_spec.lua spec/error_text_spec.lua
+              spec/metadata_spec.lua spec/shared_spec.lua spec/error_text_spec.lua \
+              spec/reentrancy_spec.lua spec/handler_reentrancy_spec.lua
 
 # The demo: the fake API server (sample cluster, churn) watched by examples/pod-watcher.lua for
 # DEMO_SECONDS; Ctrl-C stops it sooner. With KUBECONFIG set it watches that cluster (tools/demo.sh).

@@ -486,21 +486,29 @@ static void set_num(lua_State *L, const char *k, double v)
     lua_setfield(L, -2, k);
 }
 
-/* Logs (kl_log) the lines the reflector queued for a log (reflector.h), on this thread. */
-static void drain_log(lua_State *L, kinf_reflector *r)
+/* Logs (kl_log) the lines the reflector at 1 queued for a log (reflector.h), on this thread.
+ * The logger is Lua code and may close the reflector: its pointer is read again after every
+ * line, and the draining stops once it is gone. */
+static void drain_log(lua_State *L)
 {
+    lreflector *lr = luaL_checkudata(L, 1, REFLECTOR_MT);
     const char *level;
     char line[KINF_REFLECTOR_LOG_MAX];
-    while (kinf_reflector_log_next(r, &level, line, sizeof(line)))
+    while (lr->r != NULL && kinf_reflector_log_next(lr->r, &level, line, sizeof(line)))
         kl_log(L, level, line);
 }
 
 static int r_drain_log(lua_State *L)
 {
     lreflector *lr;
-    drain_log(L, check_reflector(L));
+    check_reflector(L);
+    drain_log(L);
     lr = luaL_checkudata(L, 1, REFLECTOR_MT);
-    drain_warnings(L, lr->client); /* the Warning headers of its lists and watches, among others */
+    /* The Warning headers of its lists and watches, too. lr->client is NULL when the logger
+     * closed the reflector; a close during drain_warnings leaves the client alive (the client
+     * userdata, in the reflector's uservalue, holds a reference of its own). */
+    if (lr->client != NULL)
+        drain_warnings(L, lr->client);
     return 0;
 }
 
@@ -508,8 +516,9 @@ static int r_status(lua_State *L)
 {
     kinf_reflector_status st;
     double now = kinf_now();
-    drain_log(L, check_reflector(L));
-    kinf_reflector_status_get(check_reflector(L), &st);
+    check_reflector(L);
+    drain_log(L);
+    kinf_reflector_status_get(check_reflector(L), &st); /* raises if the logger closed it */
     lua_createtable(L, 0, 16);
     lua_pushboolean(L, st.running);
     lua_setfield(L, -2, "running");

@@ -30,6 +30,30 @@ int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
     return luaL_error(L, "bad argument #%d to '%s' (%s)", argn, fname, reason);
 }
 
+const char *kl_check_lstring(lua_State *L, int idx, int argn, const char *fname, size_t *len)
+{
+    const char *s = lua_tolstring(L, idx, len);
+    if (s == NULL)
+        kl_argerror(L, argn, fname, "string expected, got %s", luaL_typename(L, idx));
+    return s;
+}
+
+void kl_check_type(lua_State *L, int idx, int argn, const char *fname, int type)
+{
+    if (lua_type(L, idx) != type)
+        kl_argerror(L, argn, fname, "%s expected, got %s", lua_typename(L, type),
+                    luaL_typename(L, idx));
+}
+
+void *kl_check_self(lua_State *L, const char *tname, const char *fname)
+{
+    void *p = luaL_testudata(L, 1, tname);
+    if (p == NULL)
+        luaL_error(L, "calling '%s' on bad self (%s expected, got %s)", fname, tname,
+                   luaL_typename(L, 1));
+    return p;
+}
+
 int kl_fail(lua_State *L, kinf_err err, const char *msg)
 {
     lua_pushnil(L);

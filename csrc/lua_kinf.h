@@ -19,6 +19,26 @@
  *
  * Memory discipline : C-owned references are held by a guard userdata on the Lua
  * stack before any call that may raise, so a Lua error never leaks them.
+ *
+ * Re-entry: Lua code that a method runs may close the method's own object (free the C object
+ * behind it). Lua code runs wherever a method reads an argument's fields (lua_getfield and
+ * lua_gettable call __index; kl_to_object and kl_push_key read metadata that way), calls an index
+ * function, a transform, a handler or the logger (kl_log). So every method that touches a C
+ * object:
+ * - reads its arguments first, raw where it can (lua_rawget, lua_next: options tables), and takes
+ *   or re-checks the C pointer from its userdata after the last argument read that can run Lua
+ *   (the store re-checks it is open and raises "... is closed" otherwise);
+ * - around a callback that runs while the C object is in use (an index function inside a store
+ *   write, pop's process function under the queue lock, dispatch's sink, poll's handler): either
+ *   refuses a close from inside it (store:close from its index functions, fifo:close from pop's
+ *   process function, processor:close from dispatch: a clear error) or re-reads the pointer from
+ *   the userdata after the callback and stops when the object was closed (a shared reader's
+ *   poll, a reflector's drain_log);
+ * - otherwise keeps no C pointer in a local across Lua code, unless it holds a reference of its
+ *   own on that object (the processor and a DeltaFIFO on their store, the reflector on its
+ *   client). __gc cannot run during a method (the userdata is on the method's stack).
+ * Limit: a __gc metamethod of another object may run at any allocation; closing a kinformer
+ * object from one is not supported.
  */
 #ifndef KINF_LUA_KINF_H
 #define KINF_LUA_KINF_H
@@ -93,6 +113,18 @@ void kl_log(lua_State *L, const char *level, const char *msg);
 
 /* Raises "bad argument #argn to 'fname' (...)" with a formatted reason. */
 int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...);
+
+/*
+ * Argument checks that name the function themselves: luaL_check* take the name from the call's
+ * debug information, which a call through pcall or in tail position lacks ("bad argument #2 to
+ * '?'"). argn is the number the caller sees (a method's first argument after self is #1).
+ * kl_check_lstring accepts strings and numbers (converted in place, as luaL_checklstring); len may
+ * be NULL. kl_check_self raises "calling 'fname' on bad self (tname expected, got ...)" unless
+ * the value at 1 is a userdata of metatable tname, and returns it.
+ */
+const char *kl_check_lstring(lua_State *L, int idx, int argn, const char *fname, size_t *len);
+void kl_check_type(lua_State *L, int idx, int argn, const char *fname, int type);
+void *kl_check_self(lua_State *L, const char *tname, const char *fname);
 
 /* Registers metatable `name`: methods become its __index table, meta its metamethods. */
 void kl_new_class(lua_State *L, const char *name, const luaL_Reg *methods, const luaL_Reg *meta);

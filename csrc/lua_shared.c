@@ -42,7 +42,7 @@
 #define KL_SHM_MT "kinformer.shm"
 #define KL_SHARED_MT "kinformer.shared_store"
 
-enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5 };
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5, UV_PENDING = 6 };
 
 void kl_seg_unref(segref *s)
 {
@@ -574,6 +574,7 @@ static int list_common(lua_State *L, int keys_only)
         return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet");
     if (rs->slot < 0)
         return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot");
+    /* Read raw: no Lua code runs that could close the reader and free rs. */
     if (kl_check_list_args(L, fname))
         kl_read_list_options(L, fname, shared_has_index, st, &q, &selector, &selector_len);
     if (q.nmatches > KINF_SHM_STORE_INDEXES)
@@ -677,10 +678,46 @@ static void call_handler(lua_State *L, int fn, int kind, int is_initial)
     lua_pop(L, 2);
 }
 
+/* Hands fn the adds of the snapshot not delivered yet (UV_PENDING: the tables and "next", the
+ * first one not handed out); returns how many. Each is counted delivered before fn runs, so a
+ * handler that raises loses none of the others: they come with the next poll. A handler that
+ * closes the reader (s->rs NULL after it) ends the delivery there. */
+static int deliver_pending(lua_State *L, lshared *s, int uv, int fn)
+{
+    int n = 0, arr, len, next;
+    lua_rawgeti(L, uv, UV_PENDING);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    arr = lua_gettop(L);
+    lua_getfield(L, arr, "len");
+    len = (int)lua_tointeger(L, -1);
+    lua_getfield(L, arr, "next");
+    next = (int)lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    while (next <= len && s->rs != NULL) {
+        lua_rawgeti(L, arr, next);
+        lua_pushnil(L);
+        lua_pushnil(L);
+        lua_rawseti(L, arr, next); /* the table goes with the handler's use of it */
+        lua_pushinteger(L, ++next);
+        lua_setfield(L, arr, "next");
+        n++;
+        call_handler(L, fn, EV_ADD, 1);
+    }
+    if (next > len) {
+        lua_pushnil(L);
+        lua_rawseti(L, uv, UV_PENDING);
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
 /* The snapshot: every record as an add; remembers what the handlers got, for the catch-up.
- * The tables are collected inside one read section and handed to fn after it. Returns the
- * number delivered, or -1 with the error pushed (nil, msg, code). */
-static int resync(lua_State *L, rstate *rs, int uv, int fn)
+ * The tables are collected inside one read section and handed to fn after it (deliver_pending).
+ * Returns the number delivered, or -1 with the error pushed (nil, msg, code). */
+static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
 {
     kinf_shm_map_iter it;
     kinf_shm_off off, log = kinf_shm_store_log(rs->st);
@@ -720,13 +757,12 @@ static int resync(lua_State *L, rstate *rs, int uv, int fn)
         kl_fail(L, err, NULL);
         return -1;
     }
-    for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, arr, i);
-        lua_pushnil(L);
-        call_handler(L, fn, EV_ADD, 1);
-    }
-    lua_pop(L, 1);
-    return n;
+    lua_pushinteger(L, 1);
+    lua_setfield(L, arr, "next");
+    lua_pushinteger(L, n);
+    lua_setfield(L, arr, "len");
+    lua_rawseti(L, uv, UV_PENDING);
+    return deliver_pending(L, s, uv, fn);
 }
 
 /* Protected (sh_poll): the poll itself, with sh_poll's arguments. */
@@ -742,12 +778,15 @@ static int poll_protected(lua_State *L)
     luaL_checkstack(L, 16, "kinformer: shared store");
     log = kinf_shm_store_log(st);
     if (rs->cursor == 0) {
-        int got = resync(L, rs, uv, fn);
+        int got = resync(L, s_, rs, uv, fn);
         if (got < 0)
             return 3;
         n += got;
+    } else {
+        n += deliver_pending(L, s_, uv, fn); /* a snapshot a raising handler interrupted */
     }
-    while (n < max) {
+    /* After every handler call: the handler may have closed the reader, freeing rs. */
+    while (n < max && s_->rs != NULL) {
         kinf_shm_event ev;
         kinf_shm_view v, old;
         kinf_shm_log_read_result r;
@@ -760,7 +799,7 @@ static int poll_protected(lua_State *L)
             kinf_shm_read_end(rs->seg->shm, rs->slot);
             if (r == KINF_SHM_LOG_NONE)
                 break;
-            got = resync(L, rs, uv, fn); /* fell behind: start over */
+            got = resync(L, s_, rs, uv, fn); /* fell behind: start over */
             if (got < 0)
                 return 3;
             n += got;
@@ -818,6 +857,8 @@ static int poll_protected(lua_State *L)
         call_handler(L, fn, ev.type == KINF_SHM_DELETED ? EV_DELETE
                             : ev.type == KINF_SHM_UPDATED ? EV_UPDATE : EV_ADD, 0);
         n++;
+        if (s_->rs == NULL)
+            break;
         if (rs->cursor >= rs->catchup && rs->seen.count > 0)
             seen_clear(rs);
     }

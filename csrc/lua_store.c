@@ -12,7 +12,9 @@
  * Index functions are called by the core during writes (and store:index) on this thread; each
  * call runs inside lua_pcall, so a raising index function can never unwind through the core
  * while it holds its writer lock. Its failure is logged, counted in status(), and returned as
- * the write's second result; the object is stored without that index.
+ * the write's second result; the object is stored without that index. store:close from inside
+ * one raises (the write in progress still uses the store and the index's ud), failing the index.
+ * Methods read their arguments (__index may close the store) first and check it is open after.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,19 +42,26 @@ typedef struct lstore {
     size_t nindexes;
     int next_slot;
     int readonly;         /* an informer's cache: only the informer writes it */
+    int in_index_fn;      /* index functions of this store running now: close is refused */
 } lstore;
 
-static lstore *check_store(lua_State *L, int idx)
+/* Raises unless the store is open (again after reading an argument that may run Lua code). */
+static lstore *check_open(lua_State *L, lstore *ls)
 {
-    lstore *ls = luaL_checkudata(L, idx, KL_STORE_MT);
     if (ls->store == NULL)
         luaL_error(L, "kinformer: store is closed");
     return ls;
 }
 
+/* The open store at 1, self of method fname. */
+static lstore *check_store(lua_State *L, const char *fname)
+{
+    return check_open(L, kl_check_self(L, KL_STORE_MT, fname));
+}
+
 static lstore *check_writable(lua_State *L, const char *fname)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_store(L, fname);
     if (ls->readonly)
         luaL_error(L, "kinformer: store:%s: this store is an informer's cache; only the informer "
                       "writes it", fname);
@@ -78,9 +87,9 @@ kinf_store *kl_test_store(lua_State *L, int idx)
     return ls ? ls->store : NULL;
 }
 
-kinf_store *kl_check_store(lua_State *L, int idx)
+kinf_store *kl_check_store(lua_State *L, const char *fname)
 {
-    return check_store(L, idx)->store;
+    return check_store(L, fname)->store;
 }
 
 /* Pushes the uservalue table of the store at index 1 and returns its stack index. */
@@ -145,9 +154,10 @@ static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char
                              size_t errlen)
 {
     lindex *ix = ud;
-    lua_State *L = ix->owner->L;
+    lstore *ls = ix->owner; /* lives: close is refused while in_index_fn */
+    lua_State *L = ls->L;
     index_call c = {ix, obj, NULL, errbuf, errlen};
-    int top = lua_gettop(L);
+    int top = lua_gettop(L), rc;
 
     *out = NULL;
     errbuf[0] = '\0';
@@ -157,7 +167,10 @@ static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char
     }
     lua_pushcfunction(L, index_call_protected);
     lua_pushlightuserdata(L, &c);
-    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    ls->in_index_fn++;
+    rc = lua_pcall(L, 1, 0, 0);
+    ls->in_index_fn--;
+    if (rc != LUA_OK) {
         kinf_errmsg(errbuf, errlen, "raised: %s", kl_error_text(L, -1));
         lua_settop(L, top);
         return KINF_EINDEX;
@@ -285,9 +298,10 @@ static int add_common(lua_State *L, const char *fname)
 
     lua_settop(L, 2);
     uv = begin(L); /* 3 */
-    obj = kl_to_object(L, 2, 1, fname, &code, msg, sizeof(msg));
+    obj = kl_to_object(L, 2, 1, fname, &code, msg, sizeof(msg)); /* may run Lua code */
     if (obj == NULL)
         return kl_fail(L, code, msg);
+    check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
     if (err == KINF_OK || err == KINF_EINDEX) {
         /* Unpin the replaced record before dropping our reference to it. Neither step can
@@ -327,6 +341,7 @@ static int s_delete(lua_State *L)
     if (!kl_push_key(L, 2, 1, "delete", msg, sizeof(msg)))
         return kl_fail(L, KINF_ENOKEY, msg);
     key = lua_tolstring(L, -1, &len);
+    check_open(L, ls);
     err = kinf_store_delete(ls->store, key, len, &old);
     unpin(L, uv, old);
     kinf_object_unref(old);
@@ -342,7 +357,7 @@ static int s_replace(lua_State *L)
     kl_guard *g;
     kinf_err err;
 
-    luaL_checktype(L, 2, LUA_TTABLE);
+    kl_check_type(L, 2, 1, "replace", LUA_TTABLE);
     if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
         kl_argerror(L, 2, "replace", "resource version string expected, got %s",
                     luaL_typename(L, 3));
@@ -367,6 +382,7 @@ static int s_replace(lua_State *L)
         lua_pop(L, 1);         /* the box: the guard holds a reference now */
         kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item */
     }
+    check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_replace(ls->store, g->objs, g->n, msg, sizeof(msg)));
     kl_guard_release(g);
     if (err == KINF_OK || err == KINF_EINDEX) {
@@ -422,8 +438,8 @@ static int get_key(lua_State *L, lstore *ls)
 
 static int s_get_by_key(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
-    luaL_checkstring(L, 2); /* a number becomes its string, in place */
+    lstore *ls = check_store(L, "get_by_key");
+    kl_check_lstring(L, 2, 1, "get_by_key", NULL); /* a number becomes its string, in place */
     return get_key(L, ls);
 }
 
@@ -438,7 +454,7 @@ static lstore *check_store_fast(lua_State *L)
         if (same && ls->store != NULL)
             return ls;
     }
-    return check_store(L, 1); /* raises: not a store (luaL_checkudata's message), or closed */
+    return check_store(L, "get"); /* raises: not a store, or closed */
 }
 
 static int s_get(lua_State *L)
@@ -448,19 +464,19 @@ static int s_get(lua_State *L)
     if (lua_type(L, 2) == LUA_TSTRING)
         return get_key(L, ls); /* get(key) */
     lua_settop(L, 2);
-    if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg)))
+    if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg))) /* may run the argument's Lua code */
         return kl_fail(L, KINF_ENOKEY, msg);
     lua_replace(L, 2);
-    return get_key(L, ls);
+    return get_key(L, check_open(L, ls));
 }
 
 static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_store(L, fname);
     int uv;
 
-    luaL_checkstring(L, 2);
-    luaL_checkstring(L, 3);
+    kl_check_lstring(L, 2, 1, fname, NULL);
+    kl_check_lstring(L, 3, 2, fname, NULL);
     lua_settop(L, 3);
     uv = begin(L); /* 4 */
     lua_rawgeti(L, uv, RESULTS); /* 5 */
@@ -469,7 +485,7 @@ static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
 
 int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only)
 {
-    kinf_store *s = check_store(L, idx)->store;
+    kinf_store *s = check_open(L, luaL_checkudata(L, idx, KL_STORE_MT))->store;
     int cache;
     idx = kl_absindex(L, idx);
     namespace_idx = namespace_idx ? kl_absindex(L, namespace_idx) : 0;
@@ -496,8 +512,8 @@ static int s_index_keys(lua_State *L)
 static int s_index(lua_State *L)
 {
     kinf_err code;
-    lstore *ls = check_store(L, 1);
-    const char *index = luaL_checkstring(L, 2);
+    lstore *ls = check_store(L, "index");
+    const char *index = kl_check_lstring(L, 2, 1, "index", NULL);
     char msg[320] = "";
     kinf_object *obj;
     kl_guard *g;
@@ -508,9 +524,10 @@ static int s_index(lua_State *L)
     uv = begin(L); /* 4 */
     if (!kinf_store_has_index(ls->store, index))
         return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
-    obj = kl_to_object(L, 3, 2, "index", &code, msg, sizeof(msg)); /* 5: box */
+    obj = kl_to_object(L, 3, 2, "index", &code, msg, sizeof(msg)); /* 5: box; may run Lua code */
     if (obj == NULL)
         return kl_fail(L, code, msg);
+    check_open(L, ls);
     g = kl_push_guard(L);
     WITH_STATE(ls, L,
                err = kinf_store_index(ls->store, index, obj, &g->objs, &g->n, msg, sizeof(msg)));
@@ -525,8 +542,8 @@ static int s_index(lua_State *L)
 
 static int s_list_index_func_values(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
-    const char *index = luaL_checkstring(L, 2);
+    lstore *ls = check_store(L, "list_index_func_values");
+    const char *index = kl_check_lstring(L, 2, 1, "list_index_func_values", NULL);
     kl_guard *g = kl_push_guard(L);
     kinf_values *vals = NULL;
     kinf_err err = kinf_store_index_values(ls->store, index, &vals);
@@ -622,22 +639,22 @@ static int add_indexers(lua_State *L, lstore *ls, int t, const char *fname, int 
 
 static int s_add_indexers(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    lstore *ls = check_store(L, "add_indexers");
+    kl_check_type(L, 2, 1, "add_indexers", LUA_TTABLE);
     lua_settop(L, 2);
     return add_indexers(L, ls, 2, "add_indexers", 0);
 }
 
 static int s_len(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_store(L, "len");
     lua_pushinteger(L, (lua_Integer)kinf_store_len(ls->store));
     return 1;
 }
 
 static int s_status(lua_State *L)
 {
-    lstore *ls = check_store(L, 1);
+    lstore *ls = check_store(L, "status");
     char last[256];
     unsigned long errors = kinf_store_index_errors(ls->store, last, sizeof(last));
     lua_createtable(L, 0, 3);
@@ -671,7 +688,11 @@ static void store_close(lua_State *L, lstore *ls)
 
 static int s_close(lua_State *L)
 {
-    store_close(L, luaL_checkudata(L, 1, KL_STORE_MT));
+    lstore *ls = kl_check_self(L, KL_STORE_MT, "close");
+    if (ls->in_index_fn > 0)
+        return luaL_error(L, "kinformer: store:close called from inside one of its index functions "
+                             "(the call in progress uses the store: close it once that call returned)");
+    store_close(L, ls);
     return 0;
 }
 
@@ -692,7 +713,7 @@ int kl_new_store(lua_State *L)
     kinf_err err;
 
     if (!lua_isnoneornil(L, 1)) {
-        luaL_checktype(L, 1, LUA_TTABLE);
+        kl_check_type(L, 1, 1, "store", LUA_TTABLE);
         for (lua_pushnil(L); lua_next(L, 1); lua_pop(L, 1)) {
             const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
             if (strcmp(k, "indexers") == 0) {
@@ -726,7 +747,8 @@ int kl_new_store(lua_State *L)
     if (ls->store == NULL)
         return kl_fail(L, err, NULL);
     if (lua_istable(L, 1)) {
-        lua_getfield(L, 1, "indexers");
+        lua_pushliteral(L, "indexers");
+        lua_rawget(L, 1); /* raw, as the options were checked */
         if (lua_istable(L, -1)) {
             int rc = add_indexers(L, ls, -1, "store", 1);
             if (!lua_toboolean(L, -rc))

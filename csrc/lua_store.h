@@ -19,9 +19,9 @@ struct kl_guard;
  * the store is closed. */
 struct kinf_store *kl_test_store(lua_State *L, int idx);
 
-/* The C store behind the store userdata at idx (borrowed); raises when the value is not one or
- * the store is closed. */
-struct kinf_store *kl_check_store(lua_State *L, int idx);
+/* The C store behind the store userdata at 1, self of method fname (borrowed); raises when the
+ * value is not one or the store is closed. */
+struct kinf_store *kl_check_store(lua_State *L, const char *fname);
 
 /* Pushes one array: the tables of the guarded objects (as the store hands them out, decoded once
  * and cached by the store userdata at idx), or their keys when keys_only; releases the guard.
@@ -37,7 +37,8 @@ int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only
  * shared store, lua_shared.c). kl_check_list_args checks the arguments after the store (one
  * options table or nil at 2) and returns whether options were given; kl_read_list_options
  * reads namespace, label_selector and index into q (has_index(ud, name) tells which indexes
- * exist), raising on misuse, and leaves what keeps q's strings alive on the stack;
+ * exist), raising on misuse, and leaves what keeps q's strings alive on the stack; it reads the
+ * tables raw (no metamethod runs: no Lua code can close the store it reads for);
  * kl_parse_selector parses a selector into *out (NULL when it matches everything), owned by the
  * guard g, raising on a bad one. */
 struct kinf_store_query;

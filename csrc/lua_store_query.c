@@ -6,6 +6,8 @@
  *   label_selector = "app=web,tier"   kubectl's -l syntax, matched in C against each record
  *   index = { name = "value", ... }   objects whose index `name` holds `value` (all of them)
  *
+ * Options are read raw (lua_next, lua_rawget): no metamethod of theirs runs, so no Lua code can
+ * close the store between the check and the read.
  * Every check runs before the store is read: a wrong type, an unknown option or index and a bad
  * selector raise at the caller's line (a selector with apimachinery's message and the byte
  * position, 1-based). The selector is parsed once per call; candidates come from the
@@ -66,7 +68,8 @@ void kl_read_list_options(lua_State *L, const char *fname,
                         luaL_typename(L, -2));
         }
     }
-    lua_getfield(L, 2, "index"); /* 3 */
+    lua_pushliteral(L, "index");
+    lua_rawget(L, 2); /* 3; raw, as the loop above: an __index never runs */
     if (!lua_istable(L, 3))
         return;
     for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1)) {
@@ -131,7 +134,7 @@ kinf_err kl_parse_selector(lua_State *L, const char *fname, const char *selector
 
 static int list_common(lua_State *L, const char *fname, int keys_only)
 {
-    kinf_store *s = kl_check_store(L, 1);
+    kinf_store *s = kl_check_store(L, fname);
     kinf_store_query q;
     const char *selector = NULL;
     size_t selector_len = 0;
@@ -146,7 +149,8 @@ static int list_common(lua_State *L, const char *fname, int keys_only)
         if (q.namespace_.len == 0)
             return kl_store_push_listed(L, 1, 0, keys_only);
         if (kinf_store_has_index(s, KINF_NAMESPACE_INDEX)) {
-            lua_getfield(L, 2, "namespace");
+            lua_pushliteral(L, "namespace");
+            lua_rawget(L, 2);
             return kl_store_push_listed(L, 1, -1, keys_only);
         }
     }
