@@ -384,7 +384,7 @@ describe("REST client", function()
     assert.has_error(function() client:get("configmaps", "a", { nope = 1 }) end,
                      "bad argument #3 to 'get' (unknown option 'nope')")
     assert.has_error(function() client:get("configmaps", "a/b/c") end,
-                     "bad argument #2 to 'get' (malformed key "a/b/c")")
+                     "bad argument #2 to 'get' (malformed key \"a/b/c\")")
     assert.has_error(function() client:patch_status("configmaps", "a", {}, { type = "yaml" }) end,
                      "bad argument #4 to 'patch_status' (type must be merge, json, strategic or apply)")
     assert.has_error(function() client:patch_scale("deployments", "a", 5) end,
