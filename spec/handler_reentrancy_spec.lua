@@ -4,7 +4,6 @@
 -- delivers nothing more.
 local kinformer = require "kinformer"
 local core = require "kinformer.core"
-local socket = require "socket"
 local fake = require "support.fake_apiserver"
 
 local function pod(name)
@@ -17,17 +16,7 @@ local function create(srv, name)
   assert(code == 201, "create " .. name .. ": " .. tostring(code))
 end
 
--- Dispatches inf until cond() holds or seconds pass; returns whether cond held.
-local function pump(inf, seconds, cond)
-  local deadline = socket.gettime() + seconds
-  repeat
-    inf:dispatch(1000)
-    if cond() then return true end
-    core.wait({ inf:fd() }, 0.02)
-  until socket.gettime() > deadline
-  inf:dispatch(1000)
-  return cond()
-end
+local pump = require "support.pump"
 
 -- A handler counting its adds; `also(obj)` runs after the count.
 local function counter(also)

@@ -29,17 +29,7 @@ local function write(path, data)
   f:close()
 end
 
--- Dispatches inf until cond() holds or seconds pass; returns whether cond held.
-local function pump(inf, seconds, cond)
-  local deadline = socket.gettime() + seconds
-  repeat
-    inf:dispatch(1000)
-    if cond() then return true end
-    core.wait({ inf:fd() }, 0.02)
-  until socket.gettime() > deadline
-  inf:dispatch(1000)
-  return cond()
-end
+local pump = require "support.pump"
 
 local function configmap(name)
   return { apiVersion = "v1", kind = "ConfigMap",

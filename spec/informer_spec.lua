@@ -34,17 +34,7 @@ local function patch(srv, ns, name, labels)
   assert(code == 200, "patch " .. name .. ": " .. tostring(code))
 end
 
--- Dispatches inf until cond() holds or seconds pass; returns whether cond held.
-local function pump(inf, seconds, cond)
-  local deadline = socket.gettime() + seconds
-  repeat
-    inf:dispatch(1000)
-    if cond() then return true end
-    core.wait({ inf:fd() }, 0.02)
-  until socket.gettime() > deadline
-  inf:dispatch(1000)
-  return cond()
-end
+local pump = require "support.pump"
 
 -- A handler recording every call as "add ns/name" / "update ns/name" / "delete ns/name".
 local function recorder()

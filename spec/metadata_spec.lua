@@ -4,8 +4,6 @@
 -- One fake API server for the file; each test works in a namespace of its own.
 local kinformer = require "kinformer"
 local cjson = require "cjson"
-local core = require "kinformer.core"
-local socket = require "socket"
 local fake = require "support.fake_apiserver"
 
 local LIST_ACCEPT =
@@ -40,17 +38,7 @@ local function informer(opts)
   return inf
 end
 
--- Dispatches inf until cond() holds or seconds pass; returns whether it held.
-local function pump(inf, seconds, cond)
-  local deadline = socket.gettime() + seconds
-  repeat
-    inf:dispatch(1000)
-    if cond() then return true end
-    core.wait({ inf:fd() }, 0.02)
-  until socket.gettime() > deadline
-  inf:dispatch(1000)
-  return cond()
-end
+local pump = require "support.pump"
 
 -- An object as plain JSON data (its cached bytes decoded).
 local function plain(obj) return cjson.decode(kinformer.encode(obj)) end

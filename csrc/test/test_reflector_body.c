@@ -2,38 +2,7 @@
  * a scripted transport (scripted_transport.h): no server, no threads. Most bodies are fed
  * whole and one byte at a time, which must give the same result. Several cases are regressions
  * of what csrc/fuzz/fuzz_reflector.c found (their seeds are in csrc/fuzz/corpus/reflector). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "ctest.h"
-#include "reflector.h"
-#include "scripted_transport.h"
-
-#define PATH "/api/v1/namespaces/t/pods"
-
-typedef struct fx {
-    scripted *sc;
-    kinf_fifo *fifo;
-    kinf_reflector *r;
-} fx;
-
-static fx fx_new_cfg(kinf_reflector_config *rc)
-{
-    kinf_err err;
-    char msg[256];
-    kinf_transport tr;
-    fx f;
-    f.sc = calloc(1, sizeof(*f.sc));
-    f.sc->clock = 1000;
-    tr = sc_transport(f.sc);
-    f.fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
-    f.r = kinf_reflector_new(&tr, f.fifo, rc, &err, msg, sizeof msg);
-    CHECK(f.r != NULL);
-    CHECK(f.sc->refs == 1);
-    CHECK(kinf_reflector_start(f.r) == KINF_OK);
-    return f;
-}
+#include "reflector_fixture.h"
 
 static fx fx_new(int watch_list)
 {
@@ -42,14 +11,6 @@ static fx fx_new(int watch_list)
     rc.watch_list = watch_list;
     rc.page_size = 2;
     return fx_new_cfg(&rc);
-}
-
-static void fx_free(fx *f)
-{
-    kinf_reflector_free(f->r);
-    CHECK(f->sc->refs == 0 && f->sc->cur == NULL);
-    kinf_fifo_unref(f->fifo);
-    free(f->sc);
 }
 
 /* The request the reflector waits for; its kind must be `want`. Returns the query. */
@@ -61,36 +22,14 @@ static const char *expect_request(fx *f, sc_req want)
     return q ? q : "";
 }
 
-/* Plays one 200 response; bytewise: one byte per write. */
 static void respond(fx *f, const char *body, size_t len, int bytewise)
 {
-    sc_response(f->sc, 200, 0);
-    if (!bytewise) {
-        (void)sc_body(f->sc, body, len);
-    } else {
-        for (size_t i = 0; i < len; i++)
-            if (sc_body(f->sc, body + i, 1) == 0)
-                break; /* aborted, as libcurl would */
-    }
-    sc_end(f->sc, KINF_XFER_OK, "", 5.0);
+    fx_respond(f, body, len, bytewise, 1);
 }
 
 static void respond_str(fx *f, const char *body, int bytewise)
 {
     respond(f, body, strlen(body), bytewise);
-}
-
-/* The newest delta of key: its type and the object's resourceVersion ("-" when not queued). */
-static const char *newest(fx *f, const char *key, kinf_delta_type *type)
-{
-    static char rv[64];
-    kinf_deltas d;
-    if (kinf_fifo_get_by_key(f->fifo, key, strlen(key), &d) != KINF_OK)
-        return "-";
-    *type = d.v[d.n - 1].type;
-    snprintf(rv, sizeof rv, "%s", d.v[d.n - 1].obj->resource_version);
-    kinf_deltas_clear(&d);
-    return rv;
 }
 
 static int clean(const char *s)

@@ -2,46 +2,13 @@
  * played through a scripted transport (scripted_transport.h): a list response that is not a
  * list, and a bad watch line on a stream that then goes quiet. Bodies are fed whole and one
  * byte at a time, which must give the same result. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "ctest.h"
-#include "reflector.h"
-#include "scripted_transport.h"
-
-#define PATH "/api/v1/namespaces/t/pods"
-
-typedef struct fx {
-    scripted *sc;
-    kinf_fifo *fifo;
-    kinf_reflector *r;
-} fx;
+#include "reflector_fixture.h"
 
 static fx fx_new(void)
 {
     kinf_reflector_config rc = {0};
-    kinf_err err;
-    char msg[256];
-    kinf_transport tr;
-    fx f;
     rc.path = PATH;
-    f.sc = calloc(1, sizeof(*f.sc));
-    f.sc->clock = 1000;
-    tr = sc_transport(f.sc);
-    f.fifo = kinf_fifo_new(NULL, KINF_FIFO_EMIT_REPLACED, &err);
-    f.r = kinf_reflector_new(&tr, f.fifo, &rc, &err, msg, sizeof msg);
-    CHECK(f.r != NULL);
-    CHECK(kinf_reflector_start(f.r) == KINF_OK);
-    return f;
-}
-
-static void fx_free(fx *f)
-{
-    kinf_reflector_free(f->r);
-    CHECK(f->sc->refs == 0 && f->sc->cur == NULL);
-    kinf_fifo_unref(f->fifo);
-    free(f->sc);
+    return fx_new_cfg(&rc);
 }
 
 static void expect_request(fx *f, sc_req want)
@@ -50,33 +17,9 @@ static void expect_request(fx *f, sc_req want)
     CHECK(sc_request(f->sc, &q) == want);
 }
 
-/* One 200 response; bytewise: one byte per write; end: whether the transfer then ends. */
 static void respond_str(fx *f, const char *body, int bytewise, int end)
 {
-    size_t len = strlen(body);
-    sc_response(f->sc, 200, 0);
-    if (!bytewise) {
-        (void)sc_body(f->sc, body, len);
-    } else {
-        for (size_t i = 0; i < len; i++)
-            if (sc_body(f->sc, body + i, 1) == 0)
-                break; /* aborted, as libcurl would */
-    }
-    if (end)
-        sc_end(f->sc, KINF_XFER_OK, "", 5.0);
-}
-
-/* The newest delta of key: its type and the object's resourceVersion ("-" when not queued). */
-static const char *newest(fx *f, const char *key, kinf_delta_type *type)
-{
-    static char rv[64];
-    kinf_deltas d;
-    if (kinf_fifo_get_by_key(f->fifo, key, strlen(key), &d) != KINF_OK)
-        return "-";
-    *type = d.v[d.n - 1].type;
-    snprintf(rv, sizeof rv, "%s", d.v[d.n - 1].obj->resource_version);
-    kinf_deltas_clear(&d);
-    return rv;
+    fx_respond(f, body, strlen(body), bytewise, end);
 }
 
 #define POD(name, rv) "{\"metadata\":{\"name\":\"" name "\",\"namespace\":\"t\",\"resourceVersion\":\"" rv "\"}}"
