@@ -95,7 +95,7 @@ static void allocates_by_class_and_reports_a_full_segment(void)
     CHECK(a != 0 && b != 0 && a % 8 == 0 && b % 8 == 0 && a != b);
     memset(kinf_shm_ptr(shm, b), 0xab, 100);
     kinf_shm_stats_get(shm, &st);
-    CHECK(st.used == 16 + 112); /* 1 + 8 -> 16; 100 + 8 -> 112 (96, 112, 128: 4 per doubling) */
+    CHECK(st.used == 32 + 112); /* 1 + 8 -> 32, the least block; 100 + 8 -> 112 (8-aligned) */
     kinf_shm_free(shm, b);
     c = kinf_shm_alloc(shm, 97); /* same class: the freed block again */
     CHECK(c == b);
@@ -109,6 +109,45 @@ static void allocates_by_class_and_reports_a_full_segment(void)
     kinf_shm_stats_get(shm, &st);
     CHECK(st.alloc_failures == 2);
     CHECK(st.untouched < 4096 + 8);
+    kinf_shm_close(shm);
+}
+
+/* Objects that grow 3% at each update, each new version allocated before the old one is freed,
+ * in a segment twice their final size: blocks merge and split, so what the old versions leave
+ * serves the new ones (size classes that never merge fill the segment with free blocks of the
+ * sizes left behind). */
+static void growing_objects_reuse_what_they_left(void)
+{
+    enum { N = 200, ROUNDS = 60 };
+    kinf_shm_off blk[N];
+    double size = 2000, final = 2000;
+    kinf_shm *shm;
+    kinf_shm_stats st;
+
+    for (int r = 0; r < ROUNDS; r++)
+        final *= 1.03;
+    shm = new_shm((size_t)(2 * N * final));
+    for (int i = 0; i < N; i++)
+        CHECK((blk[i] = kinf_shm_alloc(shm, (size_t)size)) != 0);
+    for (int r = 0; r < ROUNDS; r++) {
+        size *= 1.03;
+        for (int i = 0; i < N; i++) {
+            kinf_shm_off grown = kinf_shm_alloc(shm, (size_t)size);
+            CHECK(grown != 0);
+            if (grown == 0)
+                break;
+            memset(kinf_shm_ptr(shm, grown), r, (size_t)size);
+            kinf_shm_free(shm, blk[i]);
+            blk[i] = grown;
+        }
+    }
+    kinf_shm_stats_get(shm, &st);
+    CHECK(st.alloc_failures == 0);
+    for (int i = 0; i < N; i++)
+        kinf_shm_free(shm, blk[i]);
+    kinf_shm_stats_get(shm, &st);
+    CHECK(st.used == 0 && st.free_listed == 0); /* all merged back into the unused end */
+    CHECK(st.untouched + 4096 > st.size);
     kinf_shm_close(shm);
 }
 
@@ -463,7 +502,7 @@ static void readers_in_processes_survive_a_writer_killed_mid_churn(void)
     kinf_shm_close(c.shm);
 }
 
-TEST_MAIN(TEST(allocates_by_class_and_reports_a_full_segment),
+TEST_MAIN(TEST(allocates_by_class_and_reports_a_full_segment), TEST(growing_objects_reuse_what_they_left),
           TEST(map_puts_replaces_removes_and_grows), TEST(a_read_section_holds_back_what_it_may_hold),
           TEST(a_reader_that_died_in_its_section_is_released),
           TEST(the_writer_is_taken_over_from_a_dead_process),
