@@ -318,9 +318,22 @@ kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
     need = ((uint64_t)n + BLOCK_HEADER + 7) & ~(uint64_t)7;
     if (need < MIN_BLOCK)
         need = MIN_BLOCK;
-    c = first_list(h, class_of(need));
-    if (c < NCLASSES) {
+    /* The list below the request's class holds blocks that may fit: a few are tried first
+     * (the closest fits), then the first block of a class that certainly fits. */
+    off = 0;
+    c = class_of(need);
+    if (c > 0 && class_size(c) != need) {
+        uint64_t x = atomic_load_explicit(&h->free_heads[c - 1], memory_order_relaxed);
+        for (int tries = 0; x != 0 && tries < 16; tries++, x = get_word(shm, x + 8)) {
+            if (bsize(hword(shm, x)) >= need) {
+                off = x;
+                break;
+            }
+        }
+    }
+    if (off == 0 && (c = first_list(h, c)) < NCLASSES)
         off = atomic_load_explicit(&h->free_heads[c], memory_order_relaxed);
+    if (off != 0) {
         s = bsize(hword(shm, off));
         list_remove(shm, off, s);
         if (s - need >= MIN_BLOCK) {

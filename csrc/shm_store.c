@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The old records the log may keep alive: this share of the segment (kinf_shm_store_flush
+ * drops the oldest events past it). */
+#define LOG_SHARE 8
+
 /* ---- handles ---- */
 
 /* The writer's dead-reader hook: the slot's bit leaves every record the store still publishes
@@ -57,6 +61,7 @@ kinf_err kinf_shm_store_become_writer(kinf_shm_store *st)
     if (kinf_shm_on_dead_reader(st->shm, forget_reader, st) != KINF_OK)
         return KINF_ENOMEM;
     st->writer = 1;
+    st->log_bytes = kinf_shm_size(st->shm) / LOG_SHARE;
     return KINF_OK;
 }
 
@@ -152,28 +157,40 @@ static size_t str_len(const char *s)
     return s ? strlen(s) : 0;
 }
 
-/* A new, unpublished record for obj with its index values; 0 when the segment is full. */
-static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
-                               const kinf_values *const *vals, uint64_t seq)
+size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *obj,
+                                  const kinf_values *const *vals)
+{
+    size_t nix = H(st)->nindexes;
+    size_t size = sizeof(shm_record) + obj->json_len + obj->key_len + str_len(obj->namespace_) +
+                  str_len(obj->name) + str_len(obj->uid) + str_len(obj->resource_version) + 6 +
+                  4 * nix;
+    for (size_t i = 0; i < nix; i++) {
+        for (size_t j = 0; vals && vals[i] && j < vals[i]->n; j++)
+            size += 4 + vals[i]->v[j].len + 1;
+    }
+    return size;
+}
+
+/* A new, unpublished record for obj with its index values in *out. KINF_ENOMEM: the segment
+ * is full now; KINF_ETOOBIG: no segment of this size could ever hold it. */
+static kinf_err record_new(kinf_shm_store *st, const kinf_object *obj,
+                           const kinf_values *const *vals, uint64_t seq, kinf_shm_off *out)
 {
     size_t nix = H(st)->nindexes;
     size_t ns = str_len(obj->namespace_), name = str_len(obj->name), uid = str_len(obj->uid);
     size_t rv = str_len(obj->resource_version);
-    size_t strings = obj->json_len + obj->key_len + ns + name + uid + rv + 6;
-    size_t values = 4 * nix, size;
+    size_t size = kinf_shm_store_record_size(st, obj, vals);
     kinf_shm_off off;
     shm_record *r;
     char *p;
 
-    if (ns > 0xffff || name > 0xffff || uid > 0xffff || rv > 0xffff || obj->json_len > 0xffffffffu)
-        return 0;
-    for (size_t i = 0; i < nix; i++) {
-        for (size_t j = 0; vals && vals[i] && j < vals[i]->n; j++)
-            values += 4 + vals[i]->v[j].len + 1;
-    }
-    size = sizeof(shm_record) + strings + values;
-    if (size > 0xffffffffu || (off = kinf_shm_alloc(st->shm, size)) == 0)
-        return 0;
+    *out = 0;
+    if (ns > 0xffff || name > 0xffff || uid > 0xffff || rv > 0xffff || size > 0xffffffffu ||
+        size > kinf_shm_max_alloc(st->shm))
+        return KINF_ETOOBIG;
+    if ((off = kinf_shm_alloc(st->shm, size)) == 0)
+        return KINF_ENOMEM;
+    *out = off;
     r = kinf_shm_ptr(st->shm, off);
     atomic_init(&r->holders, 0);
     r->seq = seq;
@@ -211,7 +228,7 @@ static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
         }
     }
     r->h.hash = kinf_shm_map_hash(st->shm, obj->key, obj->key_len);
-    return off;
+    return KINF_OK;
 }
 
 size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix, kinf_str *out,
@@ -289,8 +306,22 @@ static void count_failure(kinf_shm_store *st)
     atomic_fetch_add_explicit(&H(st)->write_failures, 1, memory_order_relaxed);
 }
 
-kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
-                            const kinf_values *const *vals)
+/* Empties the log when a write found the segment full: the records only old events kept alive
+ * are freed (once no read section can reach them), and readers that had not read those events
+ * start over from the content (BEHIND). Returns whether memory came back. */
+static int relieve(kinf_shm_store *st)
+{
+    kinf_shm_stats before, after;
+    kinf_shm_stats_get(st->shm, &before);
+    kinf_shm_log_truncate(st->shm, H(st)->log, kinf_shm_log_head(st->shm, H(st)->log));
+    kinf_shm_store_flush(st);
+    kinf_shm_stats_get(st->shm, &after);
+    st->drops++;
+    return after.used < before.used;
+}
+
+static kinf_err put_once(kinf_shm_store *st, const kinf_object *obj,
+                         const kinf_values *const *vals)
 {
     shm_store_hdr *h = H(st);
     kinf_shm_off old, rec, replaced = 0;
@@ -298,17 +329,12 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     uint64_t seq;
     kinf_err e;
 
-    if (obj == NULL || kinf_object_is_tombstone(obj) || !st->writer)
-        return KINF_EINVAL;
     old = kinf_shm_map_get(st->shm, &h->items, obj->key, obj->key_len);
     if (old != 0 && same_object(st, old, obj))
         return KINF_OK;
     /* The writer is alone: the event appended below gets the log's head as its seq. */
-    rec = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log));
-    if (rec == 0) {
-        count_failure(st);
-        return KINF_ENOMEM;
-    }
+    if ((e = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log), &rec)) != KINF_OK)
+        return e;
     e = kinf_shm_index_prepare(st, obj->key, obj->key_len, old, rec, &cs);
     if (e == KINF_OK && old == 0)
         e = kinf_shm_map_reserve(st->shm, &h->items, 1);
@@ -316,7 +342,6 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
         kinf_shm_index_drop(st, &cs);
         free(cs.c);
         kinf_shm_free(st->shm, rec);
-        count_failure(st);
         return e;
     }
     kinf_shm_index_publish(st, &cs);
@@ -329,7 +354,21 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     return KINF_OK;
 }
 
-kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
+kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
+                            const kinf_values *const *vals)
+{
+    kinf_err e;
+    if (obj == NULL || kinf_object_is_tombstone(obj) || !st->writer)
+        return KINF_EINVAL;
+    e = put_once(st, obj, vals);
+    if (e == KINF_ENOMEM && relieve(st))
+        e = put_once(st, obj, vals);
+    if (e != KINF_OK)
+        count_failure(st);
+    return e;
+}
+
+static kinf_err delete_once(kinf_shm_store *st, const char *key, size_t len)
 {
     shm_store_hdr *h = H(st);
     kinf_shm_off old = kinf_shm_map_get(st->shm, &h->items, key, len), removed = 0;
@@ -337,14 +376,11 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
     uint64_t seq;
     kinf_err e;
 
-    if (!st->writer)
-        return KINF_EINVAL;
     if (old == 0)
         return KINF_OK;
     e = kinf_shm_index_prepare(st, key, len, old, 0, &cs);
     if (e != KINF_OK) {
         free(cs.c);
-        count_failure(st);
         return e;
     }
     kinf_shm_index_publish(st, &cs);
@@ -354,6 +390,19 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
     (void)kinf_shm_log_defer(&st->deferred, removed, seq, kinf_shm_block_size(st->shm, removed));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
+}
+
+kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
+{
+    kinf_err e;
+    if (!st->writer)
+        return KINF_EINVAL;
+    e = delete_once(st, key, len);
+    if (e == KINF_ENOMEM && relieve(st))
+        e = delete_once(st, key, len);
+    if (e != KINF_OK)
+        count_failure(st);
+    return e;
 }
 
 kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const char *key,
@@ -390,8 +439,14 @@ kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const c
     return e;
 }
 
+void kinf_shm_store_set_log_bytes(kinf_shm_store *st, size_t bytes)
+{
+    st->log_bytes = bytes;
+}
+
 void kinf_shm_store_flush(kinf_shm_store *st)
 {
+    kinf_shm_log_bound(st->shm, H(st)->log, &st->deferred, st->log_bytes);
     kinf_shm_log_release(st->shm, H(st)->log, &st->deferred, offsetof(shm_record, holders));
     kinf_shm_reclaim(st->shm);
 }
@@ -485,5 +540,8 @@ void kinf_shm_store_info_get(const kinf_shm_store *st, kinf_shm_store_info *out)
     out->write_failures =
         (unsigned long)atomic_load_explicit(&h->write_failures, memory_order_relaxed);
     out->log_head = kinf_shm_log_head(st->shm, h->log);
+    out->log_tail = kinf_shm_log_tail(st->shm, h->log);
+    out->log_bytes = st->deferred.bytes;
+    out->log_drops = st->drops;
 }
 

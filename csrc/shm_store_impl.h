@@ -62,6 +62,8 @@ struct kinf_shm_store {
     kinf_shm_off hdr;
     kinf_shm_log_deferred deferred; /* [writer] */
     int writer;                     /* its dead-reader hook is registered */
+    size_t log_bytes;               /* [writer] the most the log's old records may take */
+    unsigned long drops;            /* [writer] the log emptied to make room (relieve) */
 };
 
 static inline shm_store_hdr *H(const kinf_shm_store *st)
