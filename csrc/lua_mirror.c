@@ -3,11 +3,17 @@
  * change of its store into a shared store (kl_mirror_*, lua_shared.h), and its own store keeps
  * the segment's copy of each object instead of one of its own (borrowed records).
  *
+ * A write the segment could not take (full) is not lost: its key goes to a set of dirty keys,
+ * and every flush (each dispatch) first frees what readers left and then writes those keys
+ * again from the local store (its current object, or a delete when it has none), until the
+ * shared cache has caught up. A record too big for any segment of this size is not retried.
+ *
  * Threads: the thread that owns the informer (its dispatch); borrowed records may be released
  * on the client's I/O thread too (lua_shared_impl.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -31,6 +37,8 @@ struct kl_mirror {
     int wrote;                   /* a write succeeded since the last report */
     double last_log;             /* of the last error line; 0: none yet */
     size_t swapped_bytes; /* of local records given back since the last trim */
+    kinf_map dirty;       /* keys whose last write failed (key copies, owned: value = key) */
+    unsigned long retried; /* dirty keys written at a later flush */
     char last_error[200];
     double last_reap, last_trim;
 };
@@ -98,6 +106,7 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
     atomic_fetch_add(&m->seg->refs, 1);
     atomic_fetch_or(&m->seg->mirrored, 1u << root);
     m->local = kinf_store_ref(local);
+    kinf_map_init(&m->dirty);
     m->nindexes = n;
     m->root = root;
     /* The local store keeps its objects in the segment too (borrowed records): without a reader
@@ -119,6 +128,104 @@ static void mirror_failed(kl_mirror *m, kinf_err e, const char *key)
     m->failures++;
     kinf_errmsg(m->last_error, sizeof(m->last_error), "shared store: %s: %s", key,
                 e == KINF_ENOMEM ? "the segment is full" : kinf_strerror(e));
+}
+
+static void dirty_add(kl_mirror *m, const char *key, size_t len)
+{
+    char *k;
+    if (kinf_map_find(&m->dirty, key, len) != NULL)
+        return;
+    k = malloc(len ? len : 1);
+    if (k == NULL)
+        return; /* out of process memory too: the key waits for its next change */
+    memcpy(k, key, len);
+    if (kinf_map_put(&m->dirty, k, len, k) != KINF_OK)
+        free(k);
+}
+
+static void dirty_clear(kl_mirror *m, const char *key, size_t len)
+{
+    free(kinf_map_remove(&m->dirty, key, len));
+}
+
+/* Writes key's state in the local store to the segment: obj (the store's current object for
+ * key) or, when NULL, a delete. Failures are counted and described; a full segment leaves the
+ * key dirty, to be written again by a later flush (retry: such a write, whose failure on a
+ * still full segment was counted already). */
+static kinf_err write_key(kl_mirror *m, const char *key, size_t len, const kinf_object *obj,
+                          int retry)
+{
+    kinf_values *vals[KINF_SHM_STORE_INDEXES];
+    kinf_err e;
+    size_t size = 0;
+
+    if (obj == NULL) {
+        e = kinf_shm_store_delete(m->st, key, len);
+    } else {
+        e = kinf_store_item_values(m->local, key, len, vals, m->nindexes);
+        if (e == KINF_OK) {
+            e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);
+            if (e == KINF_ETOOBIG)
+                size = kinf_shm_store_record_size(m->st, obj, (const kinf_values *const *)vals);
+            for (size_t i = 0; i < m->nindexes; i++)
+                kinf_values_free(vals[i]);
+        }
+    }
+    if (e == KINF_OK) {
+        dirty_clear(m, key, len);
+        m->writes++;
+        m->wrote = 1;
+        return KINF_OK;
+    }
+    if (e == KINF_ETOOBIG && size > kinf_shm_max_alloc(m->seg->shm)) {
+        m->failures++;
+        kinf_errmsg(m->last_error, sizeof(m->last_error),
+                    "shared store: %s: object of %zu bytes cannot fit a segment of %zu bytes", key,
+                    size, kinf_shm_size(m->seg->shm));
+        dirty_clear(m, key, len); /* writing it again cannot help */
+        return e;
+    }
+    if (retry && e == KINF_ENOMEM)
+        return e;
+    mirror_failed(m, e, key);
+    if (e == KINF_ENOMEM)
+        dirty_add(m, key, len);
+    return e;
+}
+
+/* Writes the dirty keys again, each from the local store's current state; stops at the first
+ * that still finds the segment full. */
+static void retry_dirty(kl_mirror *m)
+{
+    size_t n = m->dirty.count, k = 0, i = 0;
+    char **keys = malloc(n * sizeof(*keys));
+    size_t *lens = malloc(n * sizeof(*lens));
+    kinf_map_slot *sl;
+
+    if (keys == NULL || lens == NULL)
+        goto out;
+    while ((sl = kinf_map_next(&m->dirty, &i)) != NULL && k < n) {
+        /* Copies: a successful write removes the entry and frees its key. */
+        keys[k] = malloc(sl->len ? sl->len : 1);
+        if (keys[k] == NULL)
+            break;
+        memcpy(keys[k], sl->key, sl->len);
+        lens[k++] = sl->len;
+    }
+    for (size_t j = 0; j < k; j++) {
+        kinf_object *obj = kinf_store_get(m->local, keys[j], lens[j]);
+        kinf_err e = write_key(m, keys[j], lens[j], obj, 1);
+        kinf_object_unref(obj);
+        if (e == KINF_OK)
+            m->retried++;
+        else if (e == KINF_ENOMEM)
+            break;
+    }
+    for (size_t j = 0; j < k; j++)
+        free(keys[j]);
+out:
+    free(keys);
+    free(lens);
 }
 
 /* After obj was written to the segment: the local store's record becomes one borrowed from the
@@ -154,41 +261,33 @@ static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj, kinf_obje
 
 kinf_object *kl_mirror_note(kl_mirror *m, const kinf_notification *note)
 {
-    kinf_values *vals[KINF_SHM_STORE_INDEXES];
     const kinf_object *obj = note->obj;
-    kinf_err e;
 
     if (note->kind == KINF_EVENT_DELETE) {
-        e = kinf_shm_store_delete(m->st, obj->key, obj->key_len);
-    } else {
-        /* One popped key may carry several changes (added then deleted, updated twice): only
-         * the one whose object the store still holds is written, with its index values; the
-         * segment goes straight to the key's last state. */
+        (void)write_key(m, obj->key, obj->key_len, NULL, 0);
+        return NULL;
+    }
+    /* One popped key may carry several changes (added then deleted, updated twice): only the
+     * one whose object the store still holds is written, with its index values; the segment
+     * goes straight to the key's last state. */
+    {
         kinf_object *cur = kinf_store_get(m->local, obj->key, obj->key_len);
         kinf_object_unref(cur);
         if (cur != obj)
             return NULL;
-        e = kinf_store_item_values(m->local, obj->key, obj->key_len, vals, m->nindexes);
-        if (e == KINF_OK) {
-            e = kinf_shm_store_put(m->st, obj, (const kinf_values *const *)vals);
-            for (size_t i = 0; i < m->nindexes; i++)
-                kinf_values_free(vals[i]);
-        }
     }
-    if (e != KINF_OK) {
-        mirror_failed(m, e, obj->key);
+    if (write_key(m, obj->key, obj->key_len, obj, 0) != KINF_OK)
         return NULL;
-    }
-    m->writes++;
-    m->wrote = 1;
-    return note->kind == KINF_EVENT_DELETE ? NULL : borrow_local(m, obj, note->old);
+    return borrow_local(m, obj, note->old);
 }
 
 void kl_mirror_flush(kl_mirror *m, int wrote)
 {
     double now = kinf_now();
-    if (wrote)
+    if (wrote || m->dirty.count > 0)
         kinf_shm_store_flush(m->st);
+    if (m->dirty.count > 0)
+        retry_dirty(m);
 #ifdef __GLIBC__
     /* The local copies the segment replaced (a whole list of them after a sync) went back to
      * malloc, which keeps them mapped: hand them back to the system, at once after a big list,
@@ -215,9 +314,10 @@ void kl_mirror_report(lua_State *L, kl_mirror *m)
         /* One line at the first failure, then at most one a minute, however often writes
          * succeed in between (a segment at its limit fails some and passes others). */
         if (m->last_log == 0 || now - m->last_log >= 60) {
-            char msg[320];
-            snprintf(msg, sizeof(msg), "%s (%lu writes failed so far; the shared cache keeps its "
-                     "last content)", m->last_error, m->failures);
+            char msg[400];
+            snprintf(msg, sizeof(msg), "%s (%lu writes failed so far, %zu keys wait to be written "
+                     "again; the shared cache keeps their last content meanwhile)", m->last_error,
+                     m->failures, m->dirty.count);
             kl_log(L, "error", msg);
             m->last_log = now;
             m->failing = 1;
@@ -248,11 +348,16 @@ void kl_mirror_status(lua_State *L, kl_mirror *m)
 {
     kinf_shm_store_info info;
     kinf_shm_store_info_get(m->st, &info);
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 14);
     kl_set_int(L, "items", (lua_Integer)info.items);
     kl_set_int(L, "writes", (lua_Integer)m->writes);
     kl_set_int(L, "failures", (lua_Integer)m->failures);
     kl_set_int(L, "log_head", (lua_Integer)info.log_head);
+    kl_set_int(L, "log_tail", (lua_Integer)info.log_tail);
+    kl_set_int(L, "log_bytes", (lua_Integer)info.log_bytes);
+    kl_set_int(L, "log_drops", (lua_Integer)info.log_drops);
+    kl_set_int(L, "dirty", (lua_Integer)m->dirty.count);
+    kl_set_int(L, "retried", (lua_Integer)m->retried);
     lua_pushboolean(L, m->took_over);
     lua_setfield(L, -2, "took_over");
     kl_set_int(L, "borrowed", (lua_Integer)m->borrowed);
@@ -271,6 +376,13 @@ void kl_mirror_close(kl_mirror *m)
         return;
     kinf_shm_store_flush(m->st);
     kinf_shm_store_close(m->st);
+    {
+        size_t i = 0;
+        kinf_map_slot *sl;
+        while ((sl = kinf_map_next(&m->dirty, &i)) != NULL)
+            free(sl->value);
+        kinf_map_free(&m->dirty);
+    }
     kinf_shm_release_writer(m->seg->shm, (int)getpid());
     atomic_fetch_and(&m->seg->mirrored, ~(1u << m->root));
     kinf_store_unref(m->local);

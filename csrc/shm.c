@@ -22,8 +22,13 @@
 
 #define SHM_MAGIC 0x6b696e6673686d31ULL /* "kinfshm1" */
 #define NCLASSES 160
+#define NWORDS ((NCLASSES + 63) / 64)
 #define BLOCK_HEADER 8
 #define BLOCK_MAGIC 0x6b62u
+#define MIN_BLOCK 32 /* header, two list links and a footer when free */
+#define F_FREE 1u
+#define F_PREV_FREE 2u
+#define SIZE_MASK (((1ull << 48) - 1) & ~(uint64_t)7)
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared memory needs address-free int atomics");
@@ -45,14 +50,14 @@ typedef struct shm_header {
     _Atomic uint64_t alloc_failures, takeovers;
     _Atomic uint64_t roots[KINF_SHM_ROOTS];
     _Atomic uint64_t free_heads[NCLASSES]; /* [writer] block offsets */
+    uint64_t nonempty[NWORDS];             /* [writer] bit c: free_heads[c] != 0 */
     shm_reader readers[KINF_SHM_READERS];
 } shm_header;
 
-typedef struct block {
-    uint32_t cls;
-    uint32_t magic;
-} block;
-
+/* A block starts with one word: its size (header included, a multiple of 8) with F_FREE and
+ * F_PREV_FREE in the low bits and BLOCK_MAGIC in the top 16. A free block also keeps its list
+ * links (next, prev: block offsets) after the header and its size in its last word, so that
+ * the block after it can find it (F_PREV_FREE) and merge. */
 struct shm_retired {
     kinf_shm_off off;
     uint64_t epoch;
@@ -64,9 +69,11 @@ static shm_header *hdr(const kinf_shm *shm)
     return (shm_header *)shm->base;
 }
 
+static void rebuild_free_lists(kinf_shm *shm);
+
 /* ---- size classes ---- */
 
-/* The class of a block of n bytes (header included). */
+/* The class of a block of n bytes (header included): free lists are kept by class. */
 static unsigned class_of(uint64_t n)
 {
     unsigned p;
@@ -181,6 +188,7 @@ kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid)
             return KINF_EBUSY;
         if (atomic_compare_exchange_weak(&h->writer_pid, &cur, pid)) {
             atomic_fetch_add(&h->takeovers, 1);
+            rebuild_free_lists(shm);
             return KINF_EEXIST;
         }
     }
@@ -192,58 +200,259 @@ void kinf_shm_release_writer(kinf_shm *shm, int pid)
     atomic_compare_exchange_strong(&hdr(shm)->writer_pid, &cur, 0);
 }
 
+/* ---- blocks ---- */
+
+static uint64_t hword(const kinf_shm *shm, uint64_t b)
+{
+    uint64_t w;
+    memcpy(&w, shm->base + b, sizeof(w));
+    return w;
+}
+
+static void set_hword(kinf_shm *shm, uint64_t b, uint64_t size, uint64_t flags)
+{
+    uint64_t w = size | flags | ((uint64_t)BLOCK_MAGIC << 48);
+    memcpy(shm->base + b, &w, sizeof(w));
+}
+
+static uint64_t bsize(uint64_t w)
+{
+    return w & SIZE_MASK;
+}
+
+static int is_block(uint64_t w)
+{
+    return (w >> 48) == BLOCK_MAGIC;
+}
+
+/* A free block's list links and its footer (its size, in its last word). */
+static uint64_t get_word(const kinf_shm *shm, uint64_t at)
+{
+    uint64_t v;
+    memcpy(&v, shm->base + at, sizeof(v));
+    return v;
+}
+
+static void put_word(kinf_shm *shm, uint64_t at, uint64_t v)
+{
+    memcpy(shm->base + at, &v, sizeof(v));
+}
+
+/* The free list a free block of size s goes to: the largest class not above s, so that every
+ * block on list c serves any request of class c. */
+static unsigned list_of(uint64_t s)
+{
+    unsigned c = class_of(s);
+    return class_size(c) > s ? c - 1 : c;
+}
+
+static void list_insert(kinf_shm *shm, uint64_t b, uint64_t s)
+{
+    shm_header *h = hdr(shm);
+    unsigned c = list_of(s);
+    uint64_t head = atomic_load_explicit(&h->free_heads[c], memory_order_relaxed);
+    put_word(shm, b + 8, head);
+    put_word(shm, b + 16, 0);
+    put_word(shm, b + s - 8, s);
+    if (head != 0)
+        put_word(shm, head + 16, b);
+    atomic_store_explicit(&h->free_heads[c], b, memory_order_relaxed);
+    h->nonempty[c / 64] |= 1ull << (c % 64);
+    atomic_fetch_add_explicit(&h->free_listed, s, memory_order_relaxed);
+}
+
+static void list_remove(kinf_shm *shm, uint64_t b, uint64_t s)
+{
+    shm_header *h = hdr(shm);
+    unsigned c = list_of(s);
+    uint64_t next = get_word(shm, b + 8), prev = get_word(shm, b + 16);
+    if (prev != 0)
+        put_word(shm, prev + 8, next);
+    else
+        atomic_store_explicit(&h->free_heads[c], next, memory_order_relaxed);
+    if (next != 0)
+        put_word(shm, next + 16, prev);
+    if (atomic_load_explicit(&h->free_heads[c], memory_order_relaxed) == 0)
+        h->nonempty[c / 64] &= ~(1ull << (c % 64));
+    atomic_fetch_sub_explicit(&h->free_listed, s, memory_order_relaxed);
+}
+
+/* Sets or clears the PREV_FREE bit of the block at b (when b is a block below brk). */
+static void mark_prev_free(kinf_shm *shm, uint64_t b, int is_free)
+{
+    uint64_t w;
+    if (b >= atomic_load_explicit(&hdr(shm)->brk, memory_order_relaxed))
+        return;
+    w = hword(shm, b);
+    set_hword(shm, b, bsize(w), (w & F_FREE) | (is_free ? F_PREV_FREE : 0));
+}
+
+/* The first non-empty list at or above class c, or NCLASSES. */
+static unsigned first_list(const shm_header *h, unsigned c)
+{
+    for (unsigned w = c / 64; w < NWORDS; w++) {
+        uint64_t bits = h->nonempty[w];
+        if (w == c / 64)
+            bits &= ~0ull << (c % 64);
+        if (bits != 0)
+            return w * 64 + (unsigned)__builtin_ctzll(bits);
+    }
+    return NCLASSES;
+}
+
+size_t kinf_shm_max_alloc(const kinf_shm *shm)
+{
+    return (size_t)(hdr(shm)->size - hdr(shm)->data - BLOCK_HEADER);
+}
+
 kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
 {
     shm_header *h = hdr(shm);
+    uint64_t need, off, s, brk;
     unsigned c;
-    uint64_t size, off;
-    block *b;
 
-    if (n > h->size) {
+    if (n > kinf_shm_max_alloc(shm)) {
         atomic_fetch_add_explicit(&h->alloc_failures, 1, memory_order_relaxed);
         return 0;
     }
-    c = class_of((uint64_t)n + BLOCK_HEADER);
-    size = class_size(c);
-    off = atomic_load_explicit(&h->free_heads[c], memory_order_relaxed);
+    need = ((uint64_t)n + BLOCK_HEADER + 7) & ~(uint64_t)7;
+    if (need < MIN_BLOCK)
+        need = MIN_BLOCK;
+    /* The list below the request's class holds blocks that may fit: a few are tried first
+     * (the closest fits), then the first block of a class that certainly fits. */
+    off = 0;
+    c = class_of(need);
+    if (c > 0 && class_size(c) != need) {
+        uint64_t x = atomic_load_explicit(&h->free_heads[c - 1], memory_order_relaxed);
+        for (int tries = 0; x != 0 && tries < 16; tries++, x = get_word(shm, x + 8)) {
+            if (bsize(hword(shm, x)) >= need) {
+                off = x;
+                break;
+            }
+        }
+    }
+    if (off == 0 && (c = first_list(h, c)) < NCLASSES)
+        off = atomic_load_explicit(&h->free_heads[c], memory_order_relaxed);
     if (off != 0) {
-        /* The next block's offset is kept in the free block's first payload word. */
-        uint64_t next;
-        memcpy(&next, (unsigned char *)kinf_shm_ptr(shm, off) + BLOCK_HEADER, sizeof(next));
-        atomic_store_explicit(&h->free_heads[c], next, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&h->free_listed, size, memory_order_relaxed);
+        s = bsize(hword(shm, off));
+        list_remove(shm, off, s);
+        if (s - need >= MIN_BLOCK) {
+            /* The rest stays free: its header is written before the block shrinks, so the
+             * heap parses at every step (a successor writer walks it). */
+            set_hword(shm, off + need, s - need, F_FREE);
+            list_insert(shm, off + need, s - need);
+            s = need;
+        } else {
+            mark_prev_free(shm, off + s, 0);
+        }
+        set_hword(shm, off, s, 0);
     } else {
-        off = atomic_load_explicit(&h->brk, memory_order_relaxed);
-        if (size > h->size - off) {
+        brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
+        if (need > h->size - brk) {
             atomic_fetch_add_explicit(&h->alloc_failures, 1, memory_order_relaxed);
             return 0;
         }
-        atomic_store_explicit(&h->brk, off + size, memory_order_relaxed);
+        off = brk;
+        s = need;
+        set_hword(shm, off, s, 0); /* what precedes brk is never free: it would have merged */
+        atomic_store_explicit(&h->brk, off + s, memory_order_relaxed);
     }
-    b = kinf_shm_ptr(shm, off);
-    b->cls = c;
-    b->magic = BLOCK_MAGIC;
-    atomic_fetch_add_explicit(&h->used, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->used, s, memory_order_relaxed);
     return off + BLOCK_HEADER;
+}
+
+size_t kinf_shm_block_size(const kinf_shm *shm, kinf_shm_off off)
+{
+    return off ? (size_t)bsize(hword(shm, off - BLOCK_HEADER)) : 0;
 }
 
 void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
 {
     shm_header *h = hdr(shm);
-    block *b;
-    uint64_t head;
+    uint64_t b, w, s, brk;
 
-    if (off == 0)
+    if (off < BLOCK_HEADER)
         return;
-    b = kinf_shm_ptr(shm, off - BLOCK_HEADER);
-    if (b->magic != BLOCK_MAGIC || b->cls >= NCLASSES)
+    b = off - BLOCK_HEADER;
+    w = hword(shm, b);
+    if (!is_block(w) || (w & F_FREE) || bsize(w) < MIN_BLOCK)
         return; /* not a block of ours (or freed twice): leak rather than corrupt the lists */
-    b->magic = 0;
-    head = atomic_load_explicit(&h->free_heads[b->cls], memory_order_relaxed);
-    memcpy((unsigned char *)b + BLOCK_HEADER, &head, sizeof(head));
-    atomic_store_explicit(&h->free_heads[b->cls], off - BLOCK_HEADER, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&h->used, class_size(b->cls), memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->free_listed, class_size(b->cls), memory_order_relaxed);
+    s = bsize(w);
+    atomic_fetch_sub_explicit(&h->used, s, memory_order_relaxed);
+    brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
+    /* Merge with the free neighbours: one header store makes each merge, so the heap parses
+     * at every step. */
+    if (b + s < brk && (hword(shm, b + s) & F_FREE)) {
+        uint64_t ns = bsize(hword(shm, b + s));
+        list_remove(shm, b + s, ns);
+        s += ns;
+        set_hword(shm, b, s, w & F_PREV_FREE);
+    }
+    if (w & F_PREV_FREE) {
+        uint64_t ps = get_word(shm, b - 8);
+        list_remove(shm, b - ps, ps);
+        b -= ps;
+        s += ps;
+        set_hword(shm, b, s, 0);
+    }
+    if (b + s == brk) {
+        set_hword(shm, b, s, F_FREE);
+        atomic_store_explicit(&h->brk, b, memory_order_relaxed); /* back to the untouched end */
+        put_word(shm, b, 0);
+        return;
+    }
+    set_hword(shm, b, s, F_FREE);
+    list_insert(shm, b, s);
+    mark_prev_free(shm, b + s, 1);
+}
+
+/* A successor writer's first act: the free lists are rebuilt from the block headers (the
+ * predecessor may have died in the middle of a list update), merging adjacent free blocks. A
+ * header that does not parse ends the walk: what lies above it is lost to the segment. */
+static void rebuild_free_lists(kinf_shm *shm)
+{
+    shm_header *h = hdr(shm);
+    uint64_t off = h->data, brk = atomic_load(&h->brk), used = 0, run = 0, runs = 0;
+    for (unsigned c = 0; c < NCLASSES; c++)
+        atomic_store_explicit(&h->free_heads[c], 0, memory_order_relaxed);
+    memset(h->nonempty, 0, sizeof(h->nonempty));
+    atomic_store(&h->free_listed, 0);
+    while (off < brk) {
+        uint64_t w = hword(shm, off), s = bsize(w);
+        if (!is_block(w) || s < MIN_BLOCK || s > brk - off)
+            break;
+        if (w & F_FREE) {
+            if (runs == 0)
+                run = off;
+            runs += s;
+        } else {
+            if (runs != 0) {
+                set_hword(shm, run, runs, F_FREE);
+                list_insert(shm, run, runs);
+                runs = 0;
+            }
+            used += s;
+        }
+        off += s;
+    }
+    if (runs != 0) {
+        if (run + runs == off && off == brk) {
+            atomic_store(&h->brk, run);
+        } else {
+            set_hword(shm, run, runs, F_FREE);
+            list_insert(shm, run, runs);
+        }
+    }
+    /* PREV_FREE bits follow the lists just made. */
+    for (uint64_t b = h->data, prev_free = 0; b < atomic_load(&h->brk);) {
+        uint64_t w = hword(shm, b), s = bsize(w);
+        if (!is_block(w) || s < MIN_BLOCK)
+            break;
+        set_hword(shm, b, s, (w & F_FREE) | (prev_free ? F_PREV_FREE : 0));
+        prev_free = (w & F_FREE) != 0;
+        b += s;
+    }
+    atomic_store(&h->used, used);
 }
 
 kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off)

@@ -35,11 +35,17 @@
  * published, and what it had retired and not yet freed, is lost to the segment (counted in
  * kinf_shm_stats as leaked by the successor: bounded by one write plus one grace period).
  *
- * Allocation: size classes of four steps per doubling (16, 20, 24, 28, 32, 40, ... bytes, up to
- * the segment's size) with a free list each, carved from the segment's unused end. Blocks are
- * not merged: memory freed in one class serves that class only. A segment that cannot serve a
- * request returns 0 from kinf_shm_alloc (and counts it), never crashes: the caller reports it
- * and keeps its last consistent content.
+ * Allocation: blocks of the size asked (rounded up to 8 bytes, at least 32, an 8-byte header
+ * included), carved from the segment's unused end; a freed block merges with its free
+ * neighbours (boundary tags) and goes to a free list by size class (four per doubling), or back
+ * to the unused end when it borders it. A request takes the first block of a class that
+ * certainly fits and splits off the rest. So memory freed by objects of one size serves objects
+ * of another (objects that grow a few percent per update reuse what their old versions left),
+ * and a segment's free memory is fragmented only between live blocks. A segment that cannot
+ * serve a request returns 0 from kinf_shm_alloc (and counts it), never crashes: the caller
+ * reports it and keeps its last consistent content. Every header change is one 8-byte store in
+ * an order that keeps the heap walkable, and a writer that takes over from a dead one rebuilds
+ * the free lists from the headers (its predecessor may have died inside a list update).
  */
 #ifndef KINF_SHM_H
 #define KINF_SHM_H
@@ -86,6 +92,10 @@ void kinf_shm_release_writer(kinf_shm *shm, int pid);
 
 /* A block of at least n bytes, 8-aligned, or 0 when the segment is full. Writer only. */
 kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n);
+/* The largest n kinf_shm_alloc could ever serve (in an empty segment). */
+size_t kinf_shm_max_alloc(const kinf_shm *shm);
+/* The bytes the block at off (from kinf_shm_alloc) takes, header included. 0 for 0. */
+size_t kinf_shm_block_size(const kinf_shm *shm, kinf_shm_off off);
 /* Frees a block now: only for a block no reader can have seen (never published). Accepts 0. */
 void kinf_shm_free(kinf_shm *shm, kinf_shm_off off);
 /* Frees a published block once every reader that may hold it has left its read section. The

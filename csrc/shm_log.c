@@ -19,12 +19,14 @@ typedef struct shm_slot {
 typedef struct shm_log {
     uint64_t cap; /* a power of two; fixed at creation */
     _Atomic uint64_t head;
+    _Atomic uint64_t tail; /* the oldest seq still readable (kinf_shm_log_truncate) */
     shm_slot slots[];
 } shm_log;
 
 struct shm_deferred {
     kinf_shm_off off;
     uint64_t seq;
+    size_t bytes;
 };
 
 static shm_log *log_at(const kinf_shm *shm, kinf_shm_off off)
@@ -38,12 +40,16 @@ kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap)
     shm_log *l;
     if (cap < 16 || (cap & (cap - 1)) != 0)
         return 0;
+    /* Checked before the product, which would wrap for a huge cap. */
+    if (cap > (kinf_shm_max_alloc(shm) - sizeof(shm_log)) / sizeof(shm_slot))
+        return 0;
     off = kinf_shm_alloc(shm, sizeof(shm_log) + cap * sizeof(shm_slot));
     if (off == 0)
         return 0;
     l = log_at(shm, off);
     l->cap = cap;
     atomic_init(&l->head, 1);
+    atomic_init(&l->tail, 1);
     for (uint64_t i = 0; i < cap; i++) {
         atomic_init(&l->slots[i].stamp, 0);
         atomic_init(&l->slots[i].type, 0);
@@ -89,7 +95,8 @@ kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log
 
     if (seq >= head)
         return KINF_SHM_LOG_NONE;
-    if (seq == 0 || head - seq > l->cap)
+    if (seq == 0 || head - seq > l->cap ||
+        seq < atomic_load_explicit(&l->tail, memory_order_seq_cst))
         return KINF_SHM_LOG_BEHIND;
     s = &l->slots[seq & (l->cap - 1)];
     before = atomic_load_explicit(&s->stamp, memory_order_acquire);
@@ -102,7 +109,24 @@ kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log
     return before == seq && after == seq ? KINF_SHM_LOG_EVENT : KINF_SHM_LOG_BEHIND;
 }
 
-kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq)
+uint64_t kinf_shm_log_tail(const kinf_shm *shm, kinf_shm_off log)
+{
+    return atomic_load_explicit(&log_at(shm, log)->tail, memory_order_acquire);
+}
+
+void kinf_shm_log_truncate(kinf_shm *shm, kinf_shm_off log, uint64_t upto)
+{
+    shm_log *l = log_at(shm, log);
+    uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    if (upto > head)
+        upto = head;
+    /* seq_cst: the store is the unlink of what the dropped events name (shm.h's retire rule) */
+    if (upto > atomic_load_explicit(&l->tail, memory_order_relaxed))
+        atomic_store_explicit(&l->tail, upto, memory_order_seq_cst);
+}
+
+kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq,
+                            size_t bytes)
 {
     if (off == 0)
         return KINF_OK;
@@ -128,7 +152,9 @@ kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t
     }
     d->items[d->n].off = off;
     d->items[d->n].seq = seq;
+    d->items[d->n].bytes = bytes;
     d->n++;
+    d->bytes += bytes;
     return KINF_OK;
 }
 
@@ -137,18 +163,35 @@ void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred
 {
     shm_log *l = log_at(shm, log);
     uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&l->tail, memory_order_relaxed);
     /* Deferred in seq order: release from the front while the event has left the ring. */
-    while (d->first < d->n && head - d->items[d->first].seq > l->cap) {
+    while (d->first < d->n &&
+           (head - d->items[d->first].seq > l->cap || d->items[d->first].seq < tail)) {
         kinf_shm_off off = d->items[d->first].off;
         _Atomic uint64_t *holders = holders_at == KINF_SHM_NO_HOLDERS
                                         ? NULL
                                         : (_Atomic uint64_t *)((unsigned char *)kinf_shm_ptr(shm, off) + holders_at);
         if (kinf_shm_retire_held(shm, off, holders) != KINF_OK)
             break; /* try again at the next release */
+        d->bytes -= d->items[d->first].bytes;
         d->first++;
     }
     if (d->first == d->n)
         d->first = d->n = 0;
+}
+
+void kinf_shm_log_bound(kinf_shm *shm, kinf_shm_off log, const kinf_shm_log_deferred *d,
+                        size_t max_bytes)
+{
+    size_t bytes = d->bytes, i = d->first;
+    uint64_t upto = 0;
+    while (i < d->n && bytes > max_bytes) {
+        bytes -= d->items[i].bytes;
+        upto = d->items[i].seq + 1;
+        i++;
+    }
+    if (upto != 0)
+        kinf_shm_log_truncate(shm, log, upto);
 }
 
 kinf_shm_off kinf_shm_log_deferred_at(const kinf_shm_log_deferred *d, size_t i, size_t *n)
@@ -162,4 +205,5 @@ void kinf_shm_log_deferred_free(kinf_shm_log_deferred *d)
     free(d->items);
     d->items = NULL;
     d->n = d->cap = d->first = 0;
+    d->bytes = 0;
 }

@@ -2,9 +2,11 @@
  * shm_log.h - the change log of a shared cache: a ring of events in a shared segment (shm.h)
  * that one writer appends to and every reader follows with a cursor of its own, without a lock.
  *
- * Events are numbered from 1 (seq). The ring keeps the last `cap` of them: a reader at seq s
- * reads event s while s < head; once the writer has appended cap events past s, event s is
- * gone and the reader is told it fell behind (it then starts over from the current content,
+ * Events are numbered from 1 (seq). The ring keeps at most the last `cap` of them: a reader at
+ * seq s reads event s while tail <= s < head; once the writer has appended cap events past s,
+ * or moved the tail past it (kinf_shm_log_truncate: to bound the memory the old events keep
+ * alive, or to make room in a full segment), event s is gone and the reader is told it fell
+ * behind (it then starts over from the current content,
  * its handlers seeing it as adds: the caller's part). A reader can tell a torn read from a good
  * one: the writer marks a slot invalid, fills it and stamps it with its seq (each field an
  * atomic), and the reader takes an event only when the stamp was its seq before and after
@@ -12,8 +14,10 @@
  *
  * The objects events name (offsets of the caller's records) must stay readable while an event
  * can still be read: a record the cache no longer holds is retired (kinf_shm_retire) only once
- * the ring has moved cap events past the last event that names it. kinf_shm_log_defer and
- * kinf_shm_log_release do that bookkeeping for the writer, in its own process memory.
+ * the last event that names it is gone (cap events past it, or below the tail).
+ * kinf_shm_log_defer and kinf_shm_log_release do that bookkeeping for the writer, in its own
+ * process memory, and kinf_shm_log_bound moves the tail so that the deferred blocks stay under
+ * a number of bytes: the log then keeps fewer events rather than more memory.
  *
  * Threads: one writer thread (of the writer process); readers anywhere, each inside a read
  * section (kinf_shm_read_begin / _end) while it uses what an event names.
@@ -33,14 +37,18 @@ typedef struct kinf_shm_event {
 } kinf_shm_event;
 
 /* Writer. A new, empty log of cap events (a power of two, at least 16) in the segment; 0 when
- * the segment is full. */
+ * the segment is full or could never hold it. */
 kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap);
 /* Writer. Appends an event; returns its seq. Never fails: the ring overwrites its oldest. */
 uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kinf_shm_off obj,
                              kinf_shm_off old);
 
-/* The seq the next event will get: events [head - cap, head) may be read. */
+/* The seq the next event will get: events [max(head - cap, tail), head) may be read. */
 uint64_t kinf_shm_log_head(const kinf_shm *shm, kinf_shm_off log);
+uint64_t kinf_shm_log_tail(const kinf_shm *shm, kinf_shm_off log);
+/* Writer. Events before upto (at most head) are gone: a reader asking for one is BEHIND. A
+ * reader already at head loses nothing. */
+void kinf_shm_log_truncate(kinf_shm *shm, kinf_shm_off log, uint64_t upto);
 uint64_t kinf_shm_log_cap(const kinf_shm *shm, kinf_shm_off log);
 
 typedef enum kinf_shm_log_read_result {
@@ -55,9 +63,16 @@ kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log
 typedef struct kinf_shm_log_deferred {
     struct shm_deferred *items;
     size_t n, cap, first;
+    size_t bytes; /* the deferred blocks' sizes, summed */
 } kinf_shm_log_deferred;
-/* KINF_ENOMEM: off could not be queued and is leaked instead (never freed early). */
-kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq);
+/* Queues off (bytes: its block size, kinf_shm_block_size) until event seq is gone. KINF_ENOMEM:
+ * off could not be queued and is leaked instead (never freed early). */
+kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t seq,
+                            size_t bytes);
+/* Moves the tail of log past the oldest deferred blocks' events until the rest take at most
+ * max_bytes; kinf_shm_log_release then retires them. */
+void kinf_shm_log_bound(kinf_shm *shm, kinf_shm_off log, const kinf_shm_log_deferred *d,
+                        size_t max_bytes);
 /* Retires every deferred block whose event has left the ring of log: with kinf_shm_retire_held
  * on the holders word at byte holders_at of each block, or (KINF_SHM_NO_HOLDERS) with
  * kinf_shm_retire. */

@@ -12,85 +12,16 @@
  * reader that reads an index and then the items map within one section may see the two a write
  * apart: each is consistent on its own.
  */
-#include "shm_store.h"
+#include "shm_store_impl.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define STORE_MAGIC 0x6b696e6673746f31ULL /* "kinfsto1" */
-
-typedef struct shm_store_hdr {
-    uint64_t magic;
-    uint64_t nindexes;
-    kinf_shm_off log;
-    _Atomic uint64_t items;
-    _Atomic uint64_t writes, write_failures;
-    struct {
-        char name[KINF_SHM_INDEX_NAME];
-        _Atomic uint64_t buckets;
-    } ix[KINF_SHM_STORE_INDEXES];
-} shm_store_hdr;
-
-/* bytes: json NUL key NUL namespace NUL name NUL uid NUL rv NUL, then at values_at, for each
- * index: a uint32 count, then per value a uint32 length and the bytes with a NUL. */
-typedef struct shm_record {
-    kinf_shm_entry h;
-    _Atomic uint64_t holders; /* bit i: reader slot i holds the record (kinf_shm_store_hold) */
-    uint64_t seq;             /* the log seq of the event that wrote it */
-    uint32_t json_len;
-    uint32_t values_at;
-    uint16_t ns_len, name_len, uid_len, rv_len;
-    char bytes[];
-} shm_record;
-
-/* A value's records, sorted by key, in chunks of at most CHUNK_MAX: a write copies the chunk it
- * changes and the bucket's array of chunk offsets, not every record of the value. Chunks are
- * shared by the buckets built one from the other and retired one by one, when a write replaces
- * them. */
-#define CHUNK_MAX 256
-
-typedef struct shm_chunk {
-    uint64_t n; /* 1..CHUNK_MAX */
-    kinf_shm_off recs[];
-} shm_chunk;
-
-/* chunks: nchunks chunk offsets, in key order; the value's bytes follow them (h.key_at). */
-typedef struct shm_bucket {
-    kinf_shm_entry h;
-    uint64_t version; /* the store's write count when it was built: grows for a value */
-    uint64_t n;       /* records in all */
-    uint64_t nchunks;
-    kinf_shm_off chunks[];
-} shm_bucket;
-
-struct kinf_shm_store {
-    kinf_shm *shm;
-    kinf_shm_off hdr;
-    kinf_shm_log_deferred deferred; /* [writer] */
-    int writer;                     /* its dead-reader hook is registered */
-};
-
-static shm_store_hdr *H(const kinf_shm_store *st)
-{
-    return kinf_shm_ptr(st->shm, st->hdr);
-}
-
-static const shm_record *REC(const kinf_shm_store *st, kinf_shm_off off)
-{
-    return kinf_shm_ptr(st->shm, off);
-}
-
-static const shm_bucket *BKT(const kinf_shm_store *st, kinf_shm_off off)
-{
-    return kinf_shm_ptr(st->shm, off);
-}
-
-static const shm_chunk *CHK(const kinf_shm_store *st, kinf_shm_off off)
-{
-    return kinf_shm_ptr(st->shm, off);
-}
+/* The old records the log may keep alive: this share of the segment (kinf_shm_store_flush
+ * drops the oldest events past it). */
+#define LOG_SHARE 8
 
 /* ---- handles ---- */
 
@@ -130,6 +61,7 @@ kinf_err kinf_shm_store_become_writer(kinf_shm_store *st)
     if (kinf_shm_on_dead_reader(st->shm, forget_reader, st) != KINF_OK)
         return KINF_ENOMEM;
     st->writer = 1;
+    st->log_bytes = kinf_shm_size(st->shm) / LOG_SHARE;
     return KINF_OK;
 }
 
@@ -205,16 +137,6 @@ void kinf_shm_store_close(kinf_shm_store *st)
 
 /* ---- records ---- */
 
-static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
-{
-    int c = memcmp(a, b, alen < blen ? alen : blen);
-    return c ? c : (alen > blen) - (alen < blen);
-}
-
-static const char *rec_key(const shm_record *r)
-{
-    return (const char *)r + r->h.key_at;
-}
 
 static void put_u32(char **p, uint32_t v)
 {
@@ -235,28 +157,40 @@ static size_t str_len(const char *s)
     return s ? strlen(s) : 0;
 }
 
-/* A new, unpublished record for obj with its index values; 0 when the segment is full. */
-static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
-                               const kinf_values *const *vals, uint64_t seq)
+size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *obj,
+                                  const kinf_values *const *vals)
+{
+    size_t nix = H(st)->nindexes;
+    size_t size = sizeof(shm_record) + obj->json_len + obj->key_len + str_len(obj->namespace_) +
+                  str_len(obj->name) + str_len(obj->uid) + str_len(obj->resource_version) + 6 +
+                  4 * nix;
+    for (size_t i = 0; i < nix; i++) {
+        for (size_t j = 0; vals && vals[i] && j < vals[i]->n; j++)
+            size += 4 + vals[i]->v[j].len + 1;
+    }
+    return size;
+}
+
+/* A new, unpublished record for obj with its index values in *out. KINF_ENOMEM: the segment
+ * is full now; KINF_ETOOBIG: no segment of this size could ever hold it. */
+static kinf_err record_new(kinf_shm_store *st, const kinf_object *obj,
+                           const kinf_values *const *vals, uint64_t seq, kinf_shm_off *out)
 {
     size_t nix = H(st)->nindexes;
     size_t ns = str_len(obj->namespace_), name = str_len(obj->name), uid = str_len(obj->uid);
     size_t rv = str_len(obj->resource_version);
-    size_t strings = obj->json_len + obj->key_len + ns + name + uid + rv + 6;
-    size_t values = 4 * nix, size;
+    size_t size = kinf_shm_store_record_size(st, obj, vals);
     kinf_shm_off off;
     shm_record *r;
     char *p;
 
-    if (ns > 0xffff || name > 0xffff || uid > 0xffff || rv > 0xffff || obj->json_len > 0xffffffffu)
-        return 0;
-    for (size_t i = 0; i < nix; i++) {
-        for (size_t j = 0; vals && vals[i] && j < vals[i]->n; j++)
-            values += 4 + vals[i]->v[j].len + 1;
-    }
-    size = sizeof(shm_record) + strings + values;
-    if (size > 0xffffffffu || (off = kinf_shm_alloc(st->shm, size)) == 0)
-        return 0;
+    *out = 0;
+    if (ns > 0xffff || name > 0xffff || uid > 0xffff || rv > 0xffff || size > 0xffffffffu ||
+        size > kinf_shm_max_alloc(st->shm))
+        return KINF_ETOOBIG;
+    if ((off = kinf_shm_alloc(st->shm, size)) == 0)
+        return KINF_ENOMEM;
+    *out = off;
     r = kinf_shm_ptr(st->shm, off);
     atomic_init(&r->holders, 0);
     r->seq = seq;
@@ -294,7 +228,7 @@ static kinf_shm_off record_new(kinf_shm_store *st, const kinf_object *obj,
         }
     }
     r->h.hash = kinf_shm_map_hash(st->shm, obj->key, obj->key_len);
-    return off;
+    return KINF_OK;
 }
 
 size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix, kinf_str *out,
@@ -365,265 +299,6 @@ static int same_object(const kinf_shm_store *st, kinf_shm_off off, const kinf_ob
            v.json_len == obj->json_len && memcmp(v.json, obj->json, obj->json_len) == 0;
 }
 
-/* ---- buckets ---- */
-
-static int rec_cmp(const kinf_shm_store *st, kinf_shm_off rec, const char *key, size_t len)
-{
-    const shm_record *r = REC(st, rec);
-    return key_cmp(rec_key(r), r->h.key_len, key, len);
-}
-
-/* Where key is (or would go) in c: *found set when it is there. */
-static size_t chunk_find(const kinf_shm_store *st, const shm_chunk *c, const char *key,
-                         size_t len, int *found)
-{
-    size_t lo = 0, hi = c->n;
-    *found = 0;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int cmp = rec_cmp(st, c->recs[mid], key, len);
-        if (cmp == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (cmp < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* The chunk of b where key is or would go: the last whose first key is not after it (0 when
- * key comes before every chunk). */
-static size_t bucket_chunk(const kinf_shm_store *st, const shm_bucket *b, const char *key,
-                           size_t len)
-{
-    size_t lo = 1, hi = b->nchunks; /* the answer is lo - 1 */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (rec_cmp(st, CHK(st, b->chunks[mid])->recs[0], key, len) <= 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo - 1;
-}
-
-/* A new, unpublished chunk of n offsets (1..CHUNK_MAX) from recs; 0 when the segment is full. */
-static kinf_shm_off chunk_new(kinf_shm_store *st, const kinf_shm_off *recs, size_t n)
-{
-    kinf_shm_off off = kinf_shm_alloc(st->shm, sizeof(shm_chunk) + n * sizeof(kinf_shm_off));
-    if (off != 0) {
-        shm_chunk *c = kinf_shm_ptr(st->shm, off);
-        c->n = n;
-        memcpy(c->recs, recs, n * sizeof(kinf_shm_off));
-    }
-    return off;
-}
-
-/* One bucket change a write prepares: index, the value, the new bucket (0: the value goes
- * away) with the chunks made for it (fresh[], 0 when unused), and the chunks it no longer
- * shares with the old bucket (gone[], 0 when unused), retired once the new bucket is published. */
-typedef struct change {
-    int ix;
-    kinf_str value;
-    kinf_shm_off bucket, fresh[2], gone[2];
-} change;
-
-/* Frees a change that was never published. */
-static void change_free(kinf_shm_store *st, const change *c)
-{
-    kinf_shm_free(st->shm, c->bucket);
-    kinf_shm_free(st->shm, c->fresh[0]);
-    kinf_shm_free(st->shm, c->fresh[1]);
-}
-
-/* Prepares the change of value's bucket (old, or NULL when the value has none) where key's
- * record becomes rec (0: key leaves the value). KINF_ENOMEM when the segment is full (nothing
- * left allocated). */
-static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kinf_str *value,
-                            const char *key, size_t key_len, kinf_shm_off rec, change *out)
-{
-    kinf_shm_off recs[CHUNK_MAX + 1];
-    size_t ci = 0, at = 0, n = 0, nchunks = 0, total, k = 0, made, replaced = 0;
-    const shm_chunk *c = NULL;
-    shm_bucket *b;
-    int found = 0;
-
-    memset(out, 0, sizeof(*out));
-    if (old != NULL) {
-        ci = bucket_chunk(st, old, key, key_len);
-        c = CHK(st, old->chunks[ci]);
-        at = chunk_find(st, c, key, key_len, &found);
-        out->gone[0] = old->chunks[ci];
-        replaced = 1;
-        nchunks = old->nchunks;
-        memcpy(recs, c->recs, at * sizeof(kinf_shm_off));
-    }
-    /* The chunk's records with key's replaced, in recs[0..n) */
-    n = at;
-    if (rec != 0)
-        recs[n++] = rec;
-    if (c != NULL) {
-        size_t rest = c->n - at - (size_t)found;
-        memcpy(recs + n, c->recs + at + found, rest * sizeof(kinf_shm_off));
-        n += rest;
-    }
-    total = (old ? old->n : 0) - (size_t)found + (rec != 0);
-    if (total == 0)
-        return KINF_OK; /* the value goes away */
-    /* A chunk a removal left under a quarter full joins a neighbour that has room for it,
-     * which keeps the bucket's array short. */
-    if (n > 0 && n < CHUNK_MAX / 4 && nchunks > 1) {
-        int next = ci + 1 < nchunks;
-        const shm_chunk *nb = CHK(st, old->chunks[next ? ci + 1 : ci - 1]);
-        if (n + nb->n <= CHUNK_MAX) {
-            if (next) {
-                memcpy(recs + n, nb->recs, nb->n * sizeof(kinf_shm_off));
-            } else {
-                memmove(recs + nb->n, recs, n * sizeof(kinf_shm_off));
-                memcpy(recs, nb->recs, nb->n * sizeof(kinf_shm_off));
-                ci--;
-            }
-            n += nb->n;
-            out->gone[1] = old->chunks[next ? ci + 1 : ci]; /* ci is the earlier one now */
-            replaced = 2;
-        }
-    }
-    /* Its replacement: none (emptied), one chunk, or two halves of an overfull one. */
-    made = n == 0 ? 0 : n > CHUNK_MAX ? 2 : 1;
-    for (size_t i = 0; i < made; i++) {
-        size_t from = i == 0 ? 0 : n / 2, len = made == 1 ? n : i == 0 ? n / 2 : n - n / 2;
-        if ((out->fresh[i] = chunk_new(st, recs + from, len)) == 0) {
-            change_free(st, out);
-            out->fresh[0] = out->fresh[1] = 0;
-            return KINF_ENOMEM;
-        }
-    }
-    nchunks = nchunks - replaced + made;
-    out->bucket = kinf_shm_alloc(st->shm, sizeof(shm_bucket) + nchunks * sizeof(kinf_shm_off) +
-                                              value->len + 1);
-    if (out->bucket == 0) {
-        change_free(st, out);
-        out->fresh[0] = out->fresh[1] = 0;
-        return KINF_ENOMEM;
-    }
-    b = kinf_shm_ptr(st->shm, out->bucket);
-    for (size_t i = 0; old != NULL && i < ci; i++)
-        b->chunks[k++] = old->chunks[i];
-    for (size_t i = 0; i < made; i++)
-        b->chunks[k++] = out->fresh[i];
-    for (size_t i = ci + replaced; old != NULL && i < old->nchunks; i++)
-        b->chunks[k++] = old->chunks[i];
-    b->nchunks = k;
-    b->n = total;
-    b->version = atomic_load_explicit(&H(st)->writes, memory_order_relaxed) + 1;
-    b->h.key_at = (uint32_t)(sizeof(shm_bucket) + k * sizeof(kinf_shm_off));
-    b->h.key_len = (uint32_t)value->len;
-    memcpy((char *)b + b->h.key_at, value->ptr, value->len);
-    ((char *)b)[b->h.key_at + value->len] = '\0';
-    b->h.hash = kinf_shm_map_hash(st->shm, value->ptr, value->len);
-    return KINF_OK;
-}
-
-static int has_value(const kinf_str *vals, size_t n, const kinf_str *v)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (vals[i].len == v->len && memcmp(vals[i].ptr, v->ptr, v->len) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-typedef struct changes {
-    change *c;
-    size_t n, cap;
-} changes;
-
-static kinf_err changes_add(changes *cs, int ix, const kinf_str *value, const change *c)
-{
-    if (cs->n == cs->cap) {
-        size_t cap = cs->cap ? cs->cap * 2 : 8;
-        change *grown = realloc(cs->c, cap * sizeof(*grown));
-        if (grown == NULL)
-            return KINF_ENOMEM;
-        cs->c = grown;
-        cs->cap = cap;
-    }
-    cs->c[cs->n] = *c;
-    cs->c[cs->n].ix = ix;
-    cs->c[cs->n].value = *value;
-    cs->n++;
-    return KINF_OK;
-}
-
-/* Frees every prepared change (none was published) and forgets them. */
-static void changes_drop(kinf_shm_store *st, changes *cs)
-{
-    for (size_t i = 0; i < cs->n; i++)
-        change_free(st, &cs->c[i]);
-    cs->n = 0;
-}
-
-/* Prepares the bucket changes that move key from old_rec's values to new_rec's (either may be
- * 0), with room in every value map; on failure frees what it allocated. A value listed twice
- * counts once. */
-static kinf_err prepare(kinf_shm_store *st, const char *key, size_t key_len, kinf_shm_off old_rec,
-                        kinf_shm_off new_rec, changes *cs)
-{
-    shm_store_hdr *h = H(st);
-    kinf_str ov[64], nv[64];
-    kinf_err e = KINF_OK;
-
-    for (size_t ix = 0; ix < h->nindexes && e == KINF_OK; ix++) {
-        size_t on = old_rec ? kinf_shm_store_values(st, old_rec, (int)ix, ov, 64) : 0;
-        size_t nn = new_rec ? kinf_shm_store_values(st, new_rec, (int)ix, nv, 64) : 0;
-        size_t added = 0;
-        if (on > 64 || nn > 64) {
-            e = KINF_ETOOBIG; /* more than 64 values of one index for one object */
-            break;
-        }
-        for (size_t i = 0; i < on + nn && e == KINF_OK; i++) {
-            int removal = i < on;
-            const kinf_str *v = removal ? &ov[i] : &nv[i - on];
-            kinf_shm_off b;
-            change c;
-            if (removal ? has_value(nv, nn, v) || has_value(ov, i, v) : has_value(nv, i - on, v))
-                continue;
-            b = kinf_shm_map_get(st->shm, &h->ix[ix].buckets, v->ptr, v->len);
-            added += !removal && b == 0;
-            e = bucket_with(st, b ? BKT(st, b) : NULL, v, key, key_len, removal ? 0 : new_rec,
-                            &c);
-            if (e == KINF_OK && (e = changes_add(cs, (int)ix, v, &c)) != KINF_OK)
-                change_free(st, &c);
-        }
-        if (e == KINF_OK && added)
-            e = kinf_shm_map_reserve(st->shm, &h->ix[ix].buckets, added);
-    }
-    if (e != KINF_OK)
-        changes_drop(st, cs);
-    return e;
-}
-
-/* Publishes prepared bucket changes (cannot fail: prepare made room). */
-static void publish(kinf_shm_store *st, changes *cs)
-{
-    shm_store_hdr *h = H(st);
-    for (size_t i = 0; i < cs->n; i++) {
-        kinf_shm_off old = 0;
-        _Atomic uint64_t *root = &h->ix[cs->c[i].ix].buckets;
-        if (cs->c[i].bucket != 0)
-            (void)kinf_shm_map_put(st->shm, root, cs->c[i].bucket, &old);
-        else
-            kinf_shm_map_remove(st->shm, root, cs->c[i].value.ptr, cs->c[i].value.len, &old);
-        /* Either may fail to be queued (out of memory): it is leaked, never freed early. */
-        (void)kinf_shm_retire(st->shm, old);
-        (void)kinf_shm_retire(st->shm, cs->c[i].gone[0]);
-        (void)kinf_shm_retire(st->shm, cs->c[i].gone[1]);
-    }
-}
-
 /* ---- writes ---- */
 
 static void count_failure(kinf_shm_store *st)
@@ -631,8 +306,22 @@ static void count_failure(kinf_shm_store *st)
     atomic_fetch_add_explicit(&H(st)->write_failures, 1, memory_order_relaxed);
 }
 
-kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
-                            const kinf_values *const *vals)
+/* Empties the log when a write found the segment full: the records only old events kept alive
+ * are freed (once no read section can reach them), and readers that had not read those events
+ * start over from the content (BEHIND). Returns whether memory came back. */
+static int relieve(kinf_shm_store *st)
+{
+    kinf_shm_stats before, after;
+    kinf_shm_stats_get(st->shm, &before);
+    kinf_shm_log_truncate(st->shm, H(st)->log, kinf_shm_log_head(st->shm, H(st)->log));
+    kinf_shm_store_flush(st);
+    kinf_shm_stats_get(st->shm, &after);
+    st->drops++;
+    return after.used < before.used;
+}
+
+static kinf_err put_once(kinf_shm_store *st, const kinf_object *obj,
+                         const kinf_values *const *vals)
 {
     shm_store_hdr *h = H(st);
     kinf_shm_off old, rec, replaced = 0;
@@ -640,38 +329,46 @@ kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
     uint64_t seq;
     kinf_err e;
 
-    if (obj == NULL || kinf_object_is_tombstone(obj) || !st->writer)
-        return KINF_EINVAL;
     old = kinf_shm_map_get(st->shm, &h->items, obj->key, obj->key_len);
     if (old != 0 && same_object(st, old, obj))
         return KINF_OK;
     /* The writer is alone: the event appended below gets the log's head as its seq. */
-    rec = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log));
-    if (rec == 0) {
-        count_failure(st);
-        return KINF_ENOMEM;
-    }
-    e = prepare(st, obj->key, obj->key_len, old, rec, &cs);
+    if ((e = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log), &rec)) != KINF_OK)
+        return e;
+    e = kinf_shm_index_prepare(st, obj->key, obj->key_len, old, rec, &cs);
     if (e == KINF_OK && old == 0)
         e = kinf_shm_map_reserve(st->shm, &h->items, 1);
     if (e != KINF_OK) {
-        changes_drop(st, &cs);
+        kinf_shm_index_drop(st, &cs);
         free(cs.c);
         kinf_shm_free(st->shm, rec);
-        count_failure(st);
         return e;
     }
-    publish(st, &cs);
+    kinf_shm_index_publish(st, &cs);
     free(cs.c);
     (void)kinf_shm_map_put(st->shm, &h->items, rec, &replaced);
     seq = kinf_shm_log_append(st->shm, h->log, replaced ? KINF_SHM_UPDATED : KINF_SHM_ADDED, rec,
                               replaced);
-    (void)kinf_shm_log_defer(&st->deferred, replaced, seq);
+    (void)kinf_shm_log_defer(&st->deferred, replaced, seq, kinf_shm_block_size(st->shm, replaced));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
 }
 
-kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
+kinf_err kinf_shm_store_put(kinf_shm_store *st, const kinf_object *obj,
+                            const kinf_values *const *vals)
+{
+    kinf_err e;
+    if (obj == NULL || kinf_object_is_tombstone(obj) || !st->writer)
+        return KINF_EINVAL;
+    e = put_once(st, obj, vals);
+    if (e == KINF_ENOMEM && relieve(st))
+        e = put_once(st, obj, vals);
+    if (e != KINF_OK)
+        count_failure(st);
+    return e;
+}
+
+static kinf_err delete_once(kinf_shm_store *st, const char *key, size_t len)
 {
     shm_store_hdr *h = H(st);
     kinf_shm_off old = kinf_shm_map_get(st->shm, &h->items, key, len), removed = 0;
@@ -679,23 +376,33 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
     uint64_t seq;
     kinf_err e;
 
-    if (!st->writer)
-        return KINF_EINVAL;
     if (old == 0)
         return KINF_OK;
-    e = prepare(st, key, len, old, 0, &cs);
+    e = kinf_shm_index_prepare(st, key, len, old, 0, &cs);
     if (e != KINF_OK) {
         free(cs.c);
-        count_failure(st);
         return e;
     }
-    publish(st, &cs);
+    kinf_shm_index_publish(st, &cs);
     free(cs.c);
     kinf_shm_map_remove(st->shm, &h->items, key, len, &removed);
     seq = kinf_shm_log_append(st->shm, h->log, KINF_SHM_DELETED, removed, 0);
-    (void)kinf_shm_log_defer(&st->deferred, removed, seq);
+    (void)kinf_shm_log_defer(&st->deferred, removed, seq, kinf_shm_block_size(st->shm, removed));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
+}
+
+kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len)
+{
+    kinf_err e;
+    if (!st->writer)
+        return KINF_EINVAL;
+    e = delete_once(st, key, len);
+    if (e == KINF_ENOMEM && relieve(st))
+        e = delete_once(st, key, len);
+    if (e != KINF_OK)
+        count_failure(st);
+    return e;
 }
 
 kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const char *key,
@@ -732,8 +439,14 @@ kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const c
     return e;
 }
 
+void kinf_shm_store_set_log_bytes(kinf_shm_store *st, size_t bytes)
+{
+    st->log_bytes = bytes;
+}
+
 void kinf_shm_store_flush(kinf_shm_store *st)
 {
+    kinf_shm_log_bound(st->shm, H(st)->log, &st->deferred, st->log_bytes);
     kinf_shm_log_release(st->shm, H(st)->log, &st->deferred, offsetof(shm_record, holders));
     kinf_shm_reclaim(st->shm);
 }
@@ -827,4 +540,8 @@ void kinf_shm_store_info_get(const kinf_shm_store *st, kinf_shm_store_info *out)
     out->write_failures =
         (unsigned long)atomic_load_explicit(&h->write_failures, memory_order_relaxed);
     out->log_head = kinf_shm_log_head(st->shm, h->log);
+    out->log_tail = kinf_shm_log_tail(st->shm, h->log);
+    out->log_bytes = st->deferred.bytes;
+    out->log_drops = st->drops;
 }
+

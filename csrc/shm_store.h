@@ -26,8 +26,17 @@
  * there: it puts what its own list holds and then removes the keys it does not hold
  * (kinf_shm_store_retain), and readers see the difference as events.
  *
- * Errors: a full segment fails the write with KINF_ENOMEM and leaves the cache as it was before
- * that write (counted in kinf_shm_store_info); readers keep the last consistent content.
+ * Memory: the segment holds the live records, their index buckets and maps, and the old records
+ * the log still names, bounded in bytes (kinf_shm_store_set_log_bytes, an eighth of the
+ * segment by default: past it kinf_shm_store_flush drops the oldest events), plus what read
+ * sections and holders keep for a moment. A write that finds the segment full empties the log
+ * (every old record the log alone kept is freed; readers that had not read its events start over
+ * from the content) and tries once more.
+ *
+ * Errors: a write that still finds the segment full fails with KINF_ENOMEM, one whose record
+ * could never fit the segment with KINF_ETOOBIG; either leaves the cache as it was before that
+ * write (counted in kinf_shm_store_info); readers keep the last consistent content. The caller
+ * remembers the key and writes it again later (the segment recovers as readers move on).
  */
 #ifndef KINF_SHM_STORE_H
 #define KINF_SHM_STORE_H
@@ -79,8 +88,14 @@ kinf_err kinf_shm_store_delete(kinf_shm_store *st, const char *key, size_t len);
 /* Writer. Removes every key for which keep(ud, key, len) returns 0, logging each. */
 kinf_err kinf_shm_store_retain(kinf_shm_store *st, int (*keep)(void *ud, const char *key,
                                                                size_t len), void *ud);
-/* Writer. Frees what readers can no longer reach; call after each batch of writes. */
+/* Writer. Frees what readers can no longer reach, first dropping the log's oldest events past
+ * its bytes; call after each batch of writes. */
 void kinf_shm_store_flush(kinf_shm_store *st);
+/* Writer. The most bytes of old records the log keeps alive (default: the segment's size / 8). */
+void kinf_shm_store_set_log_bytes(kinf_shm_store *st, size_t bytes);
+/* The bytes a record for obj with vals takes (KINF_ETOOBIG past kinf_shm_max_alloc). */
+size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *obj,
+                                  const kinf_values *const *vals);
 
 /* Readers (inside a read section). */
 int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name); /* -1: unknown */
@@ -128,8 +143,10 @@ kinf_shm *kinf_shm_store_segment(const kinf_shm_store *st);
 
 typedef struct kinf_shm_store_info {
     size_t items;
-    unsigned long writes, write_failures; /* failures: the segment was full */
-    uint64_t log_head;
+    unsigned long writes, write_failures; /* failures: the segment was full, or a record too big */
+    uint64_t log_head, log_tail; /* events [max(head - cap, tail), head) can be read */
+    size_t log_bytes;            /* [writer's handle] old records the log keeps alive */
+    unsigned long log_drops;     /* [writer's handle] times a full segment emptied the log */
 } kinf_shm_store_info;
 void kinf_shm_store_info_get(const kinf_shm_store *st, kinf_shm_store_info *out);
 

@@ -6,3 +6,11 @@ SOAK_WATCH_LIST ?=
 .PHONY: soak
 soak: all
 	$(LUA) tools/soak.lua $(SOAK_SECONDS) $(SOAK_PODS) $(if $(SOAK_WATCH_LIST),watchlist)
+
+# The shared cache's memory under a longer churn at the documented size (tools/shared_soak.lua):
+# `make soak-shared SOAK_SHARED_ROUNDS=50`.
+SOAK_SHARED_OBJECTS ?= 2000
+SOAK_SHARED_ROUNDS ?= 50
+.PHONY: soak-shared
+soak-shared: lua54
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) tools/shared_soak.lua $(SOAK_SHARED_OBJECTS) $(SOAK_SHARED_ROUNDS)

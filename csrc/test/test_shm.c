@@ -95,7 +95,7 @@ static void allocates_by_class_and_reports_a_full_segment(void)
     CHECK(a != 0 && b != 0 && a % 8 == 0 && b % 8 == 0 && a != b);
     memset(kinf_shm_ptr(shm, b), 0xab, 100);
     kinf_shm_stats_get(shm, &st);
-    CHECK(st.used == 16 + 112); /* 1 + 8 -> 16; 100 + 8 -> 112 (96, 112, 128: 4 per doubling) */
+    CHECK(st.used == 32 + 112); /* 1 + 8 -> 32, the least block; 100 + 8 -> 112 (8-aligned) */
     kinf_shm_free(shm, b);
     c = kinf_shm_alloc(shm, 97); /* same class: the freed block again */
     CHECK(c == b);
@@ -109,6 +109,45 @@ static void allocates_by_class_and_reports_a_full_segment(void)
     kinf_shm_stats_get(shm, &st);
     CHECK(st.alloc_failures == 2);
     CHECK(st.untouched < 4096 + 8);
+    kinf_shm_close(shm);
+}
+
+/* Objects that grow 3% at each update, each new version allocated before the old one is freed,
+ * in a segment twice their final size: blocks merge and split, so what the old versions leave
+ * serves the new ones (size classes that never merge fill the segment with free blocks of the
+ * sizes left behind). */
+static void growing_objects_reuse_what_they_left(void)
+{
+    enum { N = 200, ROUNDS = 60 };
+    kinf_shm_off blk[N];
+    double size = 2000, final = 2000;
+    kinf_shm *shm;
+    kinf_shm_stats st;
+
+    for (int r = 0; r < ROUNDS; r++)
+        final *= 1.03;
+    shm = new_shm((size_t)(2 * N * final));
+    for (int i = 0; i < N; i++)
+        CHECK((blk[i] = kinf_shm_alloc(shm, (size_t)size)) != 0);
+    for (int r = 0; r < ROUNDS; r++) {
+        size *= 1.03;
+        for (int i = 0; i < N; i++) {
+            kinf_shm_off grown = kinf_shm_alloc(shm, (size_t)size);
+            CHECK(grown != 0);
+            if (grown == 0)
+                break;
+            memset(kinf_shm_ptr(shm, grown), r, (size_t)size);
+            kinf_shm_free(shm, blk[i]);
+            blk[i] = grown;
+        }
+    }
+    kinf_shm_stats_get(shm, &st);
+    CHECK(st.alloc_failures == 0);
+    for (int i = 0; i < N; i++)
+        kinf_shm_free(shm, blk[i]);
+    kinf_shm_stats_get(shm, &st);
+    CHECK(st.used == 0 && st.free_listed == 0); /* all merged back into the unused end */
+    CHECK(st.untouched + 4096 > st.size);
     kinf_shm_close(shm);
 }
 
@@ -269,7 +308,7 @@ static void the_log_keeps_the_last_cap_events_and_tells_a_reader_it_fell_behind(
     for (uint64_t i = 1; i <= 40; i++) {
         kinf_shm_off obj = mkentry(shm, "k", i);
         CHECK(kinf_shm_log_append(shm, log, KINF_SHM_UPDATED, obj, 0) == i);
-        CHECK(kinf_shm_log_defer(&d, obj, i) == KINF_OK);
+        CHECK(kinf_shm_log_defer(&d, obj, i, 0) == KINF_OK);
         kinf_shm_log_release(shm, log, &d, KINF_SHM_NO_HOLDERS);
     }
     CHECK(kinf_shm_log_head(shm, log) == 41);
@@ -280,6 +319,49 @@ static void the_log_keeps_the_last_cap_events_and_tells_a_reader_it_fell_behind(
     CHECK(kinf_shm_log_read(shm, log, 41, &ev) == KINF_SHM_LOG_NONE);
     CHECK(d.n - d.first == 16); /* the 24 that left the ring were retired */
     CHECK(kinf_shm_reclaim(shm) == 0);
+    kinf_shm_log_deferred_free(&d);
+    kinf_shm_close(shm);
+}
+
+/* The log's memory is bounded in bytes too: kinf_shm_log_bound moves the tail past the oldest
+ * deferred blocks, a reader below the tail is BEHIND, one at the head loses nothing, and the
+ * blocks are freed at once. A log too big for the segment is refused, also when its size in
+ * bytes would wrap around. */
+static void the_log_drops_old_events_to_stay_under_its_bytes(void)
+{
+    kinf_shm *shm = new_shm(1 << 20);
+    kinf_shm_off log = kinf_shm_log_new(shm, 1024);
+    kinf_shm_log_deferred d = {0};
+    kinf_shm_event ev;
+    kinf_shm_stats before, after;
+    size_t one = 0;
+
+    CHECK(kinf_shm_log_new(shm, 1ull << 59) == 0); /* 2^59 slots of 32 bytes: 2^64 wraps */
+    CHECK(kinf_shm_log_new(shm, 1ull << 20) == 0); /* 32 MiB: more than the segment */
+    CHECK(log != 0 && kinf_shm_log_tail(shm, log) == 1);
+    for (uint64_t i = 1; i <= 100; i++) {
+        kinf_shm_off obj = mkentry(shm, "k", i);
+        one = kinf_shm_block_size(shm, obj);
+        CHECK(kinf_shm_log_append(shm, log, KINF_SHM_UPDATED, obj, 0) == i);
+        CHECK(kinf_shm_log_defer(&d, obj, i, one) == KINF_OK);
+    }
+    CHECK(d.bytes == 100 * one);
+    kinf_shm_stats_get(shm, &before);
+    kinf_shm_log_bound(shm, log, &d, 10 * one);
+    kinf_shm_log_release(shm, log, &d, KINF_SHM_NO_HOLDERS);
+    CHECK(kinf_shm_reclaim(shm) == 0);
+    kinf_shm_stats_get(shm, &after);
+    CHECK(d.bytes == 10 * one && d.n - d.first == 10);
+    CHECK(before.used - after.used == 90 * one);
+    CHECK(kinf_shm_log_tail(shm, log) == 91);
+    CHECK(kinf_shm_log_read(shm, log, 90, &ev) == KINF_SHM_LOG_BEHIND);
+    CHECK(kinf_shm_log_read(shm, log, 91, &ev) == KINF_SHM_LOG_EVENT && ev.seq == 91);
+    kinf_shm_log_truncate(shm, log, 1000); /* past the head: up to the head */
+    CHECK(kinf_shm_log_tail(shm, log) == 101);
+    CHECK(kinf_shm_log_read(shm, log, 100, &ev) == KINF_SHM_LOG_BEHIND);
+    CHECK(kinf_shm_log_read(shm, log, 101, &ev) == KINF_SHM_LOG_NONE);
+    kinf_shm_log_release(shm, log, &d, KINF_SHM_NO_HOLDERS);
+    CHECK(d.bytes == 0 && kinf_shm_reclaim(shm) == 0);
     kinf_shm_log_deferred_free(&d);
     kinf_shm_close(shm);
 }
@@ -319,7 +401,7 @@ static void churn_step(churn *c, kinf_shm_log_deferred *d, unsigned *rng)
         seq = kinf_shm_log_append(c->shm, c->log, old ? KINF_SHM_UPDATED : KINF_SHM_ADDED, e,
                                   old);
     }
-    (void)kinf_shm_log_defer(d, old, seq);
+    (void)kinf_shm_log_defer(d, old, seq, kinf_shm_block_size(c->shm, old));
     kinf_shm_log_release(c->shm, c->log, d, KINF_SHM_NO_HOLDERS);
     kinf_shm_reclaim(c->shm);
 }
@@ -463,10 +545,11 @@ static void readers_in_processes_survive_a_writer_killed_mid_churn(void)
     kinf_shm_close(c.shm);
 }
 
-TEST_MAIN(TEST(allocates_by_class_and_reports_a_full_segment),
+TEST_MAIN(TEST(allocates_by_class_and_reports_a_full_segment), TEST(growing_objects_reuse_what_they_left),
           TEST(map_puts_replaces_removes_and_grows), TEST(a_read_section_holds_back_what_it_may_hold),
           TEST(a_reader_that_died_in_its_section_is_released),
           TEST(the_writer_is_taken_over_from_a_dead_process),
           TEST(the_log_keeps_the_last_cap_events_and_tells_a_reader_it_fell_behind),
+          TEST(the_log_drops_old_events_to_stay_under_its_bytes),
           TEST(readers_in_threads_see_only_whole_entries_and_events),
           TEST(readers_in_processes_survive_a_writer_killed_mid_churn))
