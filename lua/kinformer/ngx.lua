@@ -49,6 +49,7 @@ local nprocess = require "kinformer.ngx.process"
 local view = require "kinformer.ngx.view"
 local status = require "kinformer.ngx.status"
 local metrics = require "kinformer.ngx.metrics"
+local nshared = require "kinformer.ngx.shared"
 
 local type, pairs, ipairs, pcall, tostring, next = type, pairs, ipairs, pcall, tostring, next
 local string_format, table_sort, math_max, math_floor =
@@ -151,11 +152,16 @@ local function handler_error(name, what, err)
   log("error", "shared store ", name, ": ", what, " handler raised: ", errtext(err))
 end
 
+local NO_HANDLERS = {}
+
 local function poll_shared(max)
   local total = 0
   for _, name in ipairs(S.shared_names) do
     local h = S.handlers[name]
-    if not h then goto continue end -- nobody listens: no table made for its changes
+    -- A store nobody reads and nobody listens to makes no table; one that requests read must
+    -- be polled, or its cache of tables keeps every object it handed out, replaced or deleted.
+    if not h and not S.opened[name] then goto continue end
+    h = h or NO_HANDLERS
     local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
     local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
       function(kind, obj, old, initial)
@@ -538,7 +544,7 @@ end
 -- list_index_func_values, len, status; objects decoded lazily from the shared memory), in every
 -- process; elsewhere the informer's store where this process runs it, else nil.
 function _M.store(name)
-  if S.model == "shared" then return S.readers[name] end
+  if S.model == "shared" then return nshared.store(name) end
   local inf = S.by_name[name]
   return inf and inf:store()
 end
