@@ -25,6 +25,8 @@ _M.state = {
   shared_names = {}, readers = {}, handlers = {}, -- shared model: every process's readers
   created = {}, opened = {}, standins = {}, -- per store: it exists; requests read it; stand-in
   started = false, runs = false, stopped = false, synced = false,
+  informers_synced = false,               -- this process's informers synced
+  claiming = false, mirrored = {},        -- shared model: waiting to become the writer; per slot
   names = {}, list = {}, by_name = {},    -- informers: sorted names, same order, name -> informer
   rv = {}, rv_at = {},                    -- per informer: last resourceVersion and when it moved
   prev = {},                              -- per informer: the previous status sample (for logs)
