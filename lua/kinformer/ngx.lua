@@ -20,7 +20,8 @@
 --             patch for it (enable_agent() in init_by_lua*), else worker 0 (stock nginx, e.g.
 --             Debian's, has no privileged agent; worker 0 then also serves requests).
 --   "shared"  one process (chosen as for "agent") runs them and mirrors every cache into a
---             segment of shared memory mapped in the master (shared_memory() in init_by_lua*);
+--             segment of shared memory mapped in the master (shared_memory() in init_by_lua*;
+--             kept across reloads of the same size, and taken over by the new writer);
 --             every process reads it with the store API (store(name)) and its handlers see every
 --             change, in order (the handlers option), from the same dispatch timer.
 -- A view is the seam between the two: handlers set(key, value) in the process that runs the
@@ -598,16 +599,21 @@ end
 --- kngx.store(name) -> the cache of informer `name` as this process reads it: in the shared
 -- model the shared store (get, get_by_key, list, list_keys, by_index, index_keys,
 -- list_index_func_values, len, status; objects decoded lazily from the shared memory), in every
--- process; elsewhere the informer's store where this process runs it, else nil.
+-- process; elsewhere the informer's store where this process runs it, else nil. Shared model:
+-- before the writer created the store it answers as an empty store (get -> nil, lists and
+-- by_index -> {}, len -> 0) and becomes the real one once that exists; a store read here is
+-- polled by the dispatch timer from then on.
 function _M.store(name)
   if S.model == "shared" then return nshared.store(name) end
   local inf = S.by_name[name]
   return inf and inf:store()
 end
 
---- kngx.synced() -> true once every informer synced: this process's informers, or in the agent
--- model from a worker, the agent's (through the status dict; false without one). Cheap, but
--- meant for the rare path (e.g. choosing a 503 message), not for every request.
+--- kngx.synced() -> whether what this process reads is a complete cache: its informers synced
+-- (worker model); the agent's, through the status dict (agent model, false without one); a
+-- writer synced into this segment, and this process polled it (shared model: a flag per segment
+-- in the status dict, false without one; it survives a reload that keeps the segment). Cheap,
+-- but meant for the rare path (e.g. choosing a 503 message), not for every request.
 function _M.synced()
   if S.model == "shared" then return S.synced end
   if S.runs then return S.informers_synced == true end

@@ -55,7 +55,9 @@ local function snapshot(t)
   return {
     shared = readers,
     pid = worker_pid(), process = process_name(role), role = role, model = S.model,
-    time = t, started = S.started_at, synced = S.informers_synced, stopped = S.stopped,
+    time = t, started = S.started_at, stopped = S.stopped,
+    -- what it reads is complete, and so are its own informers where it runs some
+    synced = (S.synced and (not S.runs or S.informers_synced)) == true,
     ticks = S.ticks, items = S.items, dispatch_errors = S.dispatch_errors,
     view_errors = S.view_errors, max_dispatch_seconds = S.max_tick,
     informers = infs, views = views,
