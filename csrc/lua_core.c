@@ -176,6 +176,7 @@ static const luaL_Reg FUNCS[] = {
     {"file_type", l_file_type},
     {"store", kl_new_store},
     {"shm", kl_new_shm},
+    {"shm_named", kl_shm_named},
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
     {"processor", kl_new_processor},

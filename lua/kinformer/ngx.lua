@@ -20,7 +20,8 @@
 --             patch for it (enable_agent() in init_by_lua*), else worker 0 (stock nginx, e.g.
 --             Debian's, has no privileged agent; worker 0 then also serves requests).
 --   "shared"  one process (chosen as for "agent") runs them and mirrors every cache into a
---             segment of shared memory mapped in the master (shared_memory() in init_by_lua*);
+--             segment of shared memory mapped in the master (shared_memory() in init_by_lua*;
+--             kept across reloads of the same size, and taken over by the new writer);
 --             every process reads it with the store API (store(name)) and its handlers see every
 --             change, in order (the handlers option), from the same dispatch timer.
 -- A view is the seam between the two: handlers set(key, value) in the process that runs the
@@ -49,6 +50,7 @@ local nprocess = require "kinformer.ngx.process"
 local view = require "kinformer.ngx.view"
 local status = require "kinformer.ngx.status"
 local metrics = require "kinformer.ngx.metrics"
+local nshared = require "kinformer.ngx.shared"
 
 local type, pairs, ipairs, pcall, tostring, next = type, pairs, ipairs, pcall, tostring, next
 local string_format, table_sort, math_max, math_floor =
@@ -90,9 +92,11 @@ end
 
 --- kngx.shared_memory(size) -> true
 -- Maps the segment of the "shared" model: size in bytes, or a string with a k / m / g suffix
--- ("256m"). Call it from init_by_lua* (the master maps it, the workers it forks share it; a
--- reload or a binary upgrade maps a new one for the new workers while the old ones finish with
--- theirs). Raises in another phase, on a bad size, or when the memory cannot be mapped.
+-- ("256m"). Call it from init_by_lua* (the master maps it, the workers it forks share it). A
+-- reload with the same size keeps the segment: the new workers read what the old writer left,
+-- and the new writer takes it over once the old one has exited. A reload with another size, or
+-- a binary upgrade (a new master), maps a new, empty one. Raises in another phase, on a bad
+-- size, or when the memory cannot be mapped.
 --   init_by_lua_block { require("kinformer.ngx").shared_memory("256m") }
 function _M.shared_memory(size)
   if get_phase() ~= "init" then
@@ -109,9 +113,10 @@ function _M.shared_memory(size)
     raise(1, "shared_memory", "size must be at least 64k (bytes, or \"256m\"), got " ..
       tostring(size))
   end
-  local seg, err = core.shm(math_floor(bytes))
-  if not seg then fail("kinformer.ngx.shared_memory(): " .. tostring(err)) end
-  S.segment = seg
+  local seg, reused, id = core.shm_named("kinformer.ngx", math_floor(bytes))
+  if not seg then fail("kinformer.ngx.shared_memory(): " .. tostring(reused)) end
+  S.segment, S.segment_id = seg, id
+  if reused then log("notice", "shared memory kept from the previous configuration") end
   return true
 end
 
@@ -151,11 +156,16 @@ local function handler_error(name, what, err)
   log("error", "shared store ", name, ": ", what, " handler raised: ", errtext(err))
 end
 
+local NO_HANDLERS = {}
+
 local function poll_shared(max)
   local total = 0
   for _, name in ipairs(S.shared_names) do
     local h = S.handlers[name]
-    if not h then goto continue end -- nobody listens: no table made for its changes
+    -- A store nobody reads and nobody listens to makes no table; one that requests read must
+    -- be polled, or its cache of tables keeps every object it handed out, replaced or deleted.
+    if not h and not S.opened[name] then goto continue end
+    h = h or NO_HANDLERS
     local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
     local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
       function(kind, obj, old, initial)
@@ -186,8 +196,10 @@ end
 
 -- Dispatches every informer in rounds of one batch each until none has more or the budget is
 -- spent (shared model: then polls the shared stores); returns true when work is left.
+local NONE = {}
+
 local function drain()
-  local list, batch = S.list, S.batch
+  local list, batch = S.claiming and NONE or S.list, S.batch
   local deadline = mono_now() + S.budget
   local t0, total = mono_now(), 0
   local busy = true
@@ -246,18 +258,10 @@ continue_drain = function(premature)
   if drain() then schedule_continuation() end
 end
 
-local function check_synced()
-  if S.model == "shared" and not S.runs then
-    -- A reader: synced once the writer is and this process had the content.
-    local d = status_dict()
-    if not (d and d:get("agent/synced") == true) then return false end
-    for _, name in ipairs(S.shared_names) do
-      local st = S.readers[name]:status()
-      if not st.created or (S.handlers[name] and (st.cursor or 0) == 0) then return false end
-    end
-    S.synced = true
-    return true
-  end
+-- The informers of this process synced (first call after they did: logs, retains, sweeps).
+local function informers_synced()
+  if S.informers_synced then return true end
+  if S.claiming then return false end
   for i = 1, #S.list do
     if not S.list[i]:has_synced() then return false end
   end
@@ -267,14 +271,89 @@ local function check_synced()
       local ok, err = S.list[i]:mirror_retain()
       if not ok then log("error", "informer ", S.names[i], ": shared store: ", errtext(err)) end
     end
+    nshared.mark_synced()
   end
-  S.synced = true
+  S.informers_synced = true
   log("notice", "informers synced in ", string_format("%.3f", ngx_now() - S.started_at), " s")
   if S.model == "agent" then
     for _, v in ipairs(view.all) do v:_sweep() end
   end
   status.set_synced_flag(true)
   return true
+end
+
+local function check_synced()
+  if S.runs then informers_synced() end
+  if S.model == "shared" and S.role ~= "agent" then
+    -- Every process that reads, the writer's included: synced once the segment has held a
+    -- complete list (this writer's, or a previous generation's) and this process had it.
+    if not nshared.segment_synced() then return false end
+    for _, name in ipairs(S.shared_names) do
+      if not nshared.created(name) then return false end
+      if S.handlers[name] and (S.readers[name]:status().cursor or 0) == 0 then return false end
+    end
+    S.synced = true
+    return true
+  end
+  S.synced = S.informers_synced
+  return S.synced
+end
+
+local function stop_all(list)
+  for _, inf in ipairs(list) do inf:stop() end
+end
+
+local function start_informers()
+  local t = ngx_now()
+  S.started_at = t
+  for i, inf in ipairs(S.list) do
+    local ok, serr = inf:start()
+    if not ok then
+      stop_all(S.list)
+      log("error", "informer ", S.names[i], ": cannot start: ", tostring(serr))
+      return nil, "informer " .. S.names[i] .. ": " .. tostring(serr)
+    end
+    S.rv[i], S.rv_at[i] = "", t
+  end
+  return true
+end
+
+-- Shared model: the informers mirror into the segment and start once this process is its
+-- writer. After a reload that kept the segment, the previous generation's writer holds that
+-- role until its process exits (or dies): this one retries each tick meanwhile, while every
+-- worker serves what the old writer left. Returns true (started), "wait", or nil, err.
+local function claim_and_start()
+  for i, inf in ipairs(S.list) do
+    if not S.mirrored[i] then
+      local ok, err, code = inf:mirror(S.segment, i)
+      if not ok then
+        if code == "EBUSY" and i == 1 then -- another live process writes the segment
+          local t = ngx_now()
+          if not S.claiming then
+            S.claiming, S.claim_since = true, t
+            log("notice", "the previous writer of the shared memory still runs: taking over ",
+              "once it has exited")
+          elseif t - S.claim_since > 10 and not S.claim_warned then
+            S.claim_warned = true
+            log("warn", "the previous writer of the shared memory still runs after 10 s ",
+              "(an old worker waiting for its connections to close): the shared cache is not ",
+              "updated meanwhile")
+          end
+          return "wait"
+        end
+        stop_all(S.list)
+        log("error", "informer ", S.names[i], ": cannot write the shared store: ", tostring(err))
+        return nil, "informer " .. S.names[i] .. ": " .. tostring(err)
+      end
+      S.mirrored[i] = true
+    end
+  end
+  if S.claiming then
+    log("notice", string_format("took the shared memory over after %.3f s",
+      ngx_now() - S.claim_since))
+  end
+  S.claiming = false
+  return start_informers()
 end
 
 local function tick(premature)
@@ -284,6 +363,7 @@ local function tick(premature)
     return
   end
   S.ticks = S.ticks + 1
+  if S.claiming and not claim_and_start() then S.runs, S.claiming = false, false end
   if drain() then schedule_continuation() end
   local t = ngx_now()
   for i = 1, #S.list do
@@ -292,7 +372,7 @@ local function tick(premature)
       S.rv[i], S.rv_at[i] = rv, t
     end
   end
-  if not S.synced then check_synced() end
+  if not (S.synced and (S.informers_synced or not S.runs)) then check_synced() end
   if t >= S.next_status then
     S.next_status = t + S.status_interval
     status.publish(t)
@@ -307,10 +387,6 @@ local START_OPTS = { model = true, client = true, informers = true, setup = true
 
 local function check_number(opts, k, default, min)
   return argcheck.number(opts, k, "start", default, min)
-end
-
-local function stop_all(list)
-  for _, inf in ipairs(list) do inf:stop() end
 end
 
 --- kngx.start{ model = "worker", client = {...}, informers = { name = {...}, ... },
@@ -464,27 +540,14 @@ function _M.start(opts)
   end
   S.names, S.list, S.by_name, S.client = names, list, by_name, client
   if opts.setup then opts.setup(by_name, client) end
-  if m == "shared" then
-    for i, inf in ipairs(list) do
-      local ok, merr = inf:mirror(S.segment, i)
-      if not ok then
-        log("error", "informer ", names[i], ": cannot write the shared store: ", tostring(merr))
-        S.runs, S.stopped = false, true
-        return nil, "informer " .. names[i] .. ": " .. tostring(merr)
-      end
-    end
-  end
   local t = ngx_now()
   S.started_at, S.next_status = t, t
-  for i, inf in ipairs(list) do
-    local ok, serr = inf:start()
-    if not ok then
-      stop_all(list)
-      log("error", "informer ", names[i], ": cannot start: ", tostring(serr))
-      S.runs, S.stopped = false, true
-      return nil, "informer " .. names[i] .. ": " .. tostring(serr)
-    end
-    S.rv[i], S.rv_at[i] = "", t
+  for i = 1, #list do S.rv[i], S.rv_at[i] = "", t end
+  local started, serr
+  if m == "shared" then started, serr = claim_and_start() else started, serr = start_informers() end
+  if not started then
+    S.runs, S.stopped = false, true
+    return nil, serr
   end
   local ok, terr = timer_every(S.tick_every, tick)
   if not ok then
@@ -536,18 +599,24 @@ end
 --- kngx.store(name) -> the cache of informer `name` as this process reads it: in the shared
 -- model the shared store (get, get_by_key, list, list_keys, by_index, index_keys,
 -- list_index_func_values, len, status; objects decoded lazily from the shared memory), in every
--- process; elsewhere the informer's store where this process runs it, else nil.
+-- process; elsewhere the informer's store where this process runs it, else nil. Shared model:
+-- before the writer created the store it answers as an empty store (get -> nil, lists and
+-- by_index -> {}, len -> 0) and becomes the real one once that exists; a store read here is
+-- polled by the dispatch timer from then on.
 function _M.store(name)
-  if S.model == "shared" then return S.readers[name] end
+  if S.model == "shared" then return nshared.store(name) end
   local inf = S.by_name[name]
   return inf and inf:store()
 end
 
---- kngx.synced() -> true once every informer synced: this process's informers, or in the agent
--- model from a worker, the agent's (through the status dict; false without one). Cheap, but
--- meant for the rare path (e.g. choosing a 503 message), not for every request.
+--- kngx.synced() -> whether what this process reads is a complete cache: its informers synced
+-- (worker model); the agent's, through the status dict (agent model, false without one); a
+-- writer synced into this segment, and this process polled it (shared model: a flag per segment
+-- in the status dict, false without one; it survives a reload that keeps the segment). Cheap,
+-- but meant for the rare path (e.g. choosing a 503 message), not for every request.
 function _M.synced()
-  if S.runs or S.model == "shared" then return S.synced end
+  if S.model == "shared" then return S.synced end
+  if S.runs then return S.informers_synced == true end
   if S.model == "agent" then
     local d = status_dict()
     return d ~= nil and d:get("agent/synced") == true

@@ -21,8 +21,12 @@ _M.state = {
   agent = nil,            -- "privileged" (an agent process exists) or "worker" (worker 0 runs)
   segment = nil,          -- shared model: the segment, mapped by shared_memory() in the master
   model = nil,            -- "worker" | "agent" | "shared" once start() ran
+  segment_id = nil,       -- shared model: the segment's identity (its synced flag's key)
   shared_names = {}, readers = {}, handlers = {}, -- shared model: every process's readers
+  created = {}, opened = {}, standins = {}, -- per store: it exists; requests read it; stand-in
   started = false, runs = false, stopped = false, synced = false,
+  informers_synced = false,               -- this process's informers synced
+  claiming = false, mirrored = {},        -- shared model: waiting to become the writer; per slot
   names = {}, list = {}, by_name = {},    -- informers: sorted names, same order, name -> informer
   rv = {}, rv_at = {},                    -- per informer: last resourceVersion and when it moved
   prev = {},                              -- per informer: the previous status sample (for logs)

@@ -22,11 +22,11 @@ local process_name = nprocess.name
 
 local _M = {}
 
---- status.set_synced_flag(value): in the agent and shared models, tells the workers whether
--- the process running the informers synced.
+--- status.set_synced_flag(value): in the agent model, tells the workers whether the process
+-- running the informers synced (the shared model keeps a flag per segment: ngx/shared.lua).
 function _M.set_synced_flag(value)
   local d = status_dict()
-  if d and S.model ~= "worker" then d:set("agent/synced", value) end
+  if d and S.model == "agent" then d:set("agent/synced", value) end
 end
 
 -- A snapshot of this process: informers' status() plus what the timer saw.
@@ -55,7 +55,9 @@ local function snapshot(t)
   return {
     shared = readers,
     pid = worker_pid(), process = process_name(role), role = role, model = S.model,
-    time = t, started = S.started_at, synced = S.synced, stopped = S.stopped,
+    time = t, started = S.started_at, stopped = S.stopped,
+    -- what it reads is complete, and so are its own informers where it runs some
+    synced = (S.synced and (not S.runs or S.informers_synced)) == true,
     ticks = S.ticks, items = S.items, dispatch_errors = S.dispatch_errors,
     view_errors = S.view_errors, max_dispatch_seconds = S.max_tick,
     informers = infs, views = views,
@@ -89,7 +91,7 @@ function _M.publish(t)
     -- the new worker with the same id may have written it already)
     local ok, err = d:set(S.status_key, json_encode(snap), S.status_ttl, worker_pid())
     if not ok then log("warn", "cannot publish status to ", S.status_dict, ": ", err) end
-    if S.model ~= "worker" and S.runs then d:set("agent/synced", S.synced) end
+    if S.model == "agent" and S.runs then d:set("agent/synced", S.informers_synced) end
   end
 end
 
