@@ -240,13 +240,14 @@ static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj, kinf_obje
     kinf_shm_view v;
     kinf_err e;
 
-    if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED))
+    if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED) || m->rs->pid != kl_self_pid())
         return NULL;
     kinf_shm_read_begin(shm, m->rs->slot);
     if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v)) {
-        b = kl_borrow_sole(m->rs, &v, &e);
-        if (b == NULL && e == KINF_EBUSY && prev != NULL && prev->json == v.json)
-            b = kinf_object_ref(prev);
+        if (prev != NULL && (prev->flags & KINF_OBJ_BORROWED) && prev->json == v.json)
+            b = kinf_object_ref(prev); /* the write changed nothing: prev is the record */
+        else
+            b = kl_borrow_sole(m->rs, &v, &e);
     }
     kinf_shm_read_end(shm, m->rs->slot);
     if (b == NULL)

@@ -26,6 +26,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,39 +44,6 @@
 #define KL_SHARED_MT "kinformer.shared_store"
 
 enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5, UV_PENDING = 6 };
-
-void kl_seg_unref(segref *s)
-{
-    if (s != NULL && atomic_fetch_sub(&s->refs, 1) == 1) {
-        kinf_shm_close(s->shm);
-        free(s);
-    }
-}
-
-static void seen_clear(rstate *rs)
-{
-    kinf_map_slot *sl;
-    for (size_t i = 0; (sl = kinf_map_next(&rs->seen, &i)) != NULL;)
-        free((void *)sl->key);
-    kinf_map_free(&rs->seen);
-    kinf_map_init(&rs->seen);
-}
-
-void kl_rstate_unref(rstate *rs)
-{
-    if (rs == NULL || atomic_fetch_sub(&rs->refs, 1) != 1)
-        return;
-    /* No borrowed record is left (each held a reference): every hold was released. */
-    pthread_mutex_destroy(&rs->mu);
-    kinf_map_free(&rs->holds);
-    seen_clear(rs);
-    kinf_map_free(&rs->seen);
-    if (rs->slot >= 0)
-        kinf_shm_reader_close(rs->seg->shm, rs->slot);
-    kinf_shm_store_close(rs->st);
-    kl_seg_unref(rs->seg);
-    free(rs);
-}
 
 /* Sets t[k] = v in the table on top of the stack. */
 void kl_set_int(lua_State *L, const char *k, lua_Integer v)
@@ -110,14 +78,13 @@ int kl_new_shm(lua_State *L)
     ls->seg = calloc(1, sizeof(*ls->seg));
     if (ls->seg == NULL)
         return kl_fail(L, KINF_ENOMEM, NULL);
-    atomic_init(&ls->seg->refs, 1);
-    atomic_init(&ls->seg->mirrored, 0);
     ls->seg->shm = kinf_shm_create((size_t)size, &err);
     if (ls->seg->shm == NULL) {
         free(ls->seg);
         ls->seg = NULL;
         return kl_fail(L, err, "kinformer: shm: cannot map the segment");
     }
+    kl_seg_init(ls->seg);
     return 1;
 }
 
@@ -161,107 +128,6 @@ static int check_root(lua_State *L, int idx, const char *fname)
 }
 
 /* ---- readers: records to tables ---- */
-
-/* A reader's state on segment seg for the store at root, with a reader slot of this process
- * (-1 when none is free); NULL when out of memory. */
-rstate *kl_rstate_new(segref *seg, int root)
-{
-    rstate *rs = calloc(1, sizeof(*rs));
-    if (rs == NULL)
-        return NULL;
-    atomic_init(&rs->refs, 1);
-    pthread_mutex_init(&rs->mu, NULL);
-    rs->seg = seg;
-    atomic_fetch_add(&seg->refs, 1);
-    rs->root = root;
-    rs->slot = kinf_shm_reader_open(seg->shm, (int)getpid());
-    kinf_map_init(&rs->holds);
-    kinf_map_init(&rs->seen);
-    rs->fast_writes = UINT64_MAX;
-    return rs;
-}
-
-/* The release of a borrowed record: on whichever thread drops its last reference (a writer's
- * store is also read by its I/O thread). */
-static void release_hold(void *ud, const kinf_object *obj)
-{
-    hold *h = ud;
-    rstate *rs = h->rs;
-    (void)obj;
-    pthread_mutex_lock(&rs->mu);
-    if (--h->count == 0) {
-        kinf_map_remove(&rs->holds, (const char *)&h->off, sizeof(h->off));
-        kinf_shm_store_release(rs->st, rs->slot, h->off);
-        free(h);
-    }
-    pthread_mutex_unlock(&rs->mu);
-    kl_rstate_unref(rs);
-}
-
-/* The release of a record borrowed alone (kl_borrow_sole): its bit was its hold. */
-static void release_sole(void *ud, const kinf_object *obj)
-{
-    rstate *rs = ud;
-    kinf_shm_store_release(rs->st, rs->slot, kinf_shm_store_record_of(rs->st, obj->json));
-    kl_rstate_unref(rs);
-}
-
-static kinf_meta view_meta(const kinf_shm_view *v)
-{
-    return (kinf_meta){v->namespace_, v->name, v->uid, v->resource_version};
-}
-
-kinf_object *kl_borrow_sole(rstate *rs, const kinf_shm_view *v, kinf_err *err)
-{
-    kinf_meta meta = view_meta(v);
-    kinf_str json = {v->json, v->json_len}, key = {v->key, v->key_len};
-    kinf_object *obj;
-
-    if (kinf_shm_store_hold(rs->st, rs->slot, v->off)) {
-        *err = KINF_EBUSY; /* the bit is another record's hold: leave it set */
-        return NULL;
-    }
-    atomic_fetch_add(&rs->refs, 1);
-    obj = kinf_object_borrow(&json, &key, &meta, release_sole, rs, err);
-    if (obj == NULL) {
-        kinf_shm_store_release(rs->st, rs->slot, v->off);
-        kl_rstate_unref(rs);
-    }
-    return obj;
-}
-
-/* A borrowed record for the record at v (inside a read section): holds it for this process. */
-kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err)
-{
-    kinf_meta meta = view_meta(v);
-    kinf_str json = {v->json, v->json_len}, key = {v->key, v->key_len};
-    kinf_object *obj;
-    hold *h;
-
-    pthread_mutex_lock(&rs->mu);
-    h = kinf_map_get(&rs->holds, (const char *)&v->off, sizeof(v->off));
-    if (h == NULL) {
-        h = calloc(1, sizeof(*h));
-        if (h != NULL) {
-            h->off = v->off; /* the map's key: set before the put hashes it */
-            h->rs = rs;
-        }
-        if (h == NULL || kinf_map_put(&rs->holds, (const char *)&h->off, sizeof(h->off), h) != KINF_OK) {
-            pthread_mutex_unlock(&rs->mu);
-            free(h);
-            *err = KINF_ENOMEM;
-            return NULL;
-        }
-        kinf_shm_store_hold(rs->st, rs->slot, v->off);
-    }
-    h->count++;
-    atomic_fetch_add(&rs->refs, 1);
-    pthread_mutex_unlock(&rs->mu);
-    obj = kinf_object_borrow(&json, &key, &meta, release_hold, h, err);
-    if (obj == NULL)
-        release_hold(h, NULL);
-    return obj;
-}
 
 /* Pushes the table of the record at v (inside a read section): the one made before for this
  * version of its key, else a new one, which replaces the cached one. Stack: the uservalue at uv.
@@ -342,13 +208,38 @@ static void forget(lua_State *L, int uv, const char *key, size_t len)
 
 /* ---- reader handles ---- */
 
+/* A handle inherited through fork would share its slot and holds with the parent's copy: the
+ * child's releases would free what the parent still reads. Refused: the child opens its own. */
 static lshared *check_shared(lua_State *L)
 {
     lshared *s = luaL_checkudata(L, 1, KL_SHARED_MT);
+    int self;
     if (s->rs == NULL)
         luaL_error(L, "kinformer: shared store is closed");
+    else if (s->rs->pid != (self = kl_self_pid()))
+        luaL_error(L, "kinformer: shared store: this reader was opened in process %d and is used "
+                   "in process %d (after fork): open a reader in this process with seg:store()",
+                   s->rs->pid, self);
     return s;
 }
+
+/* rs's slot, or -1 after logging once (error) that every slot is taken. */
+static int need_slot(lua_State *L, rstate *rs)
+{
+    if (kl_rstate_slot(rs) >= 0)
+        return rs->slot;
+    if (!rs->slot_logged) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "shared store: no free reader slot in the segment (%d "
+                 "processes read it already): this process cannot read it", KINF_SHM_READERS);
+        kl_log(L, "error", msg);
+        rs->slot_logged = 1;
+    }
+    return -1;
+}
+
+#define NO_SLOT_MSG "kinformer: shared store: no free reader slot (every one of the segment's " \
+                    "64 is another process's)"
 
 /* The reader's store, attached once the writer has created it; NULL before (the callers
  * return nil, "not created yet", "ENOTFOUND"). */
@@ -363,12 +254,12 @@ static kinf_shm_store *attached(rstate *rs)
 #define READER_PROLOGUE()                                                            \
     lshared *s_ = check_shared(L);                                                   \
     rstate *rs = s_->rs;                                                             \
-    kinf_shm_store *st = attached(rs);                                               \
+    kinf_shm_store *st;                                                              \
     int uv;                                                                          \
-    if (st == NULL)                                                                  \
+    if (need_slot(L, rs) < 0)                                                        \
+        return kl_fail(L, KINF_EBUSY, NO_SLOT_MSG);                                  \
+    if ((st = attached(rs)) == NULL)                                                 \
         return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"); \
-    if (rs->slot < 0)                                                                \
-        return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot"); \
     kl_getuservalue(L, 1);                                                           \
     uv = lua_gettop(L)
 
@@ -388,7 +279,8 @@ static int sh_get_by_key(lua_State *L)
         int same = lua_rawequal(L, -1, lua_upvalueindex(1));
         lua_pop(L, 1);
         if (same && fast->rs != NULL && fast->rs->st != NULL &&
-            kinf_shm_store_writes(fast->rs->st) == fast->rs->fast_writes) {
+            kinf_shm_store_writes(fast->rs->st) == fast->rs->fast_writes &&
+            fast->rs->pid == kl_self_pid()) {
             lua_settop(L, 2);
             kl_getuservalue(L, 1);
             lua_rawgeti(L, 3, UV_FAST);
@@ -570,10 +462,10 @@ static int list_common(lua_State *L, int keys_only)
     kl_guard *g;
 
     memset(&q, 0, sizeof(q));
+    if (need_slot(L, rs) < 0)
+        return kl_fail(L, KINF_EBUSY, NO_SLOT_MSG);
     if (st == NULL)
         return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet");
-    if (rs->slot < 0)
-        return kl_fail(L, KINF_EBUSY, "kinformer: shared store: no free reader slot");
     /* Read raw: no Lua code runs that could close the reader and free rs. */
     if (kl_check_list_args(L, fname))
         kl_read_list_options(L, fname, shared_has_index, st, &q, &selector, &selector_len);
@@ -724,13 +616,16 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
     kinf_err err = KINF_OK;
     int n = 0, arr;
 
-    seen_clear(rs);
+    kl_seen_clear(rs);
     rs->resyncs++;
     /* Tables cached from before describe what the handlers were told then: start over. */
     reset_caches(L, uv);
     lua_newtable(L);
     arr = lua_gettop(L);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
+    /* The events from here on may or may not be in the snapshot: the writer goes on while it is
+     * read. Those up to the head after it (catchup) are checked against what it showed (seen):
+     * a key it missed was added after its place was read, or removed before. */
     rs->cursor = kinf_shm_log_head(rs->seg->shm, log);
     rs->catchup = rs->cursor;
     kinf_shm_store_iter(rs->st, -1, &it);
@@ -749,6 +644,11 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
         }
         if (v.seq >= rs->catchup)
             rs->catchup = v.seq + 1;
+    }
+    if (err == KINF_OK) {
+        uint64_t after = kinf_shm_log_head(rs->seg->shm, log);
+        if (after > rs->catchup)
+            rs->catchup = after;
     }
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     if (err != KINF_OK) {
@@ -790,7 +690,7 @@ static int poll_protected(lua_State *L)
         kinf_shm_event ev;
         kinf_shm_view v, old;
         kinf_shm_log_read_result r;
-        int deliver = 1, got;
+        int deliver = 1, as_add = 0, got;
         kinf_err err = KINF_OK;
 
         kinf_shm_read_begin(rs->seg->shm, rs->slot);
@@ -816,6 +716,7 @@ static int poll_protected(lua_State *L)
                 deliver = known && had < ev.seq;
             else
                 deliver = !known || had < ev.seq;
+            as_add = ev.type == KINF_SHM_UPDATED && !known; /* its old version never shown */
             if (deliver) {
                 char *key = malloc(v.key_len ? v.key_len : 1);
                 kinf_map_slot *sl = kinf_map_find(&rs->seen, v.key, v.key_len);
@@ -834,7 +735,7 @@ static int poll_protected(lua_State *L)
             kinf_shm_read_end(rs->seg->shm, rs->slot);
             continue;
         }
-        if (ev.type == KINF_SHM_UPDATED && ev.old != 0) {
+        if (ev.type == KINF_SHM_UPDATED && ev.old != 0 && !as_add) {
             kinf_shm_store_view(st, ev.old, &old);
             err = push_record(L, rs, uv, &old); /* the table handed out before, if any */
             if (err == KINF_OK) {
@@ -855,12 +756,12 @@ static int poll_protected(lua_State *L)
             return kl_fail(L, err, NULL);
         }
         call_handler(L, fn, ev.type == KINF_SHM_DELETED ? EV_DELETE
-                            : ev.type == KINF_SHM_UPDATED ? EV_UPDATE : EV_ADD, 0);
+                            : ev.type == KINF_SHM_UPDATED && !as_add ? EV_UPDATE : EV_ADD, 0);
         n++;
         if (s_->rs == NULL)
             break;
         if (rs->cursor >= rs->catchup && rs->seen.count > 0)
-            seen_clear(rs);
+            kl_seen_clear(rs);
     }
     lua_pushinteger(L, n);
     return 1;
@@ -908,7 +809,11 @@ static int sh_status(lua_State *L)
     lua_pushinteger(L, (lua_Integer)rs->holds.count);
     pthread_mutex_unlock(&rs->mu);
     lua_setfield(L, -2, "held");
-    kl_set_int(L, "slot", rs->slot);
+    kl_set_int(L, "slot", kl_rstate_slot(rs));
+    if (rs->slot < 0) {
+        lua_pushstring(L, NO_SLOT_MSG);
+        lua_setfield(L, -2, "error");
+    }
     kl_push_shm_stats(L, rs->seg->shm);
     lua_setfield(L, -2, "segment");
     return 1;

@@ -5,7 +5,8 @@
  *
  * Ownership: segref and rstate are reference counted (atomic: a borrowed record may go on any
  * thread). A segref reference keeps the mapping; an rstate holds one on its segref; every
- * borrowed record holds one on its rstate; rstate.mu guards the holds map and its counts.
+ * borrowed record holds one on its rstate; rstate.mu guards the holds map and its counts, and
+ * is taken before segref.mu (the process's slot and its holds).
  */
 #ifndef KINF_LUA_SHARED_IMPL_H
 #define KINF_LUA_SHARED_IMPL_H
@@ -21,6 +22,12 @@ typedef struct segref {
     kinf_shm *shm;
     atomic_long refs;
     atomic_uint mirrored; /* bit i: a mirror of this process writes the store at root i */
+    /* This process's reader slot, shared by all its reader states (lua_shared_reader.c). */
+    pthread_mutex_t mu; /* guards pid, slot, users and holds */
+    int pid;            /* the process slot, users and holds are of (a forked child: not it) */
+    int slot;           /* -1: none */
+    long users;         /* reader states of pid on slot */
+    kinf_map holds;     /* record offset (8 bytes) -> the process's count of holds on it */
 } segref;
 
 typedef struct hold {
@@ -35,7 +42,9 @@ typedef struct rstate {
     segref *seg;
     kinf_shm_store *st; /* NULL until the writer created the store */
     int root;
-    int slot;           /* this process's reader slot, -1 when none could be had */
+    int pid;            /* the process that opened it: the only one that may use it */
+    int slot;           /* this process's reader slot, -1 when none could be had (yet) */
+    int slot_logged;    /* running out of slots was logged */
     kinf_map holds;     /* record offset (8 bytes) -> hold */
     uint64_t cursor;    /* the next log seq to deliver; 0: never polled */
     uint64_t catchup;   /* after a snapshot: events up to this seq may repeat it */
@@ -53,17 +62,26 @@ typedef struct lshared {
     int polling; /* inside poll: a nested poll or a close is refused */
 } lshared;
 
+/* getpid(), without a system call once known in this process. */
+int kl_self_pid(void);
+/* A new segment handle's reference count (1), mirrors and reader bookkeeping. */
+void kl_seg_init(segref *s);
 void kl_seg_unref(segref *s);
-/* A reader's state on seg for the store at root, with a reader slot of this process (-1 when
- * none is free); NULL when out of memory. Its store handle (st) is attached by the caller. */
+/* A reader's state on seg for the store at root, with this process's reader slot (shared with
+ * its other reader states; -1 when none is free); NULL when out of memory. Its store handle
+ * (st) is attached by the caller. */
 rstate *kl_rstate_new(segref *seg, int root);
+/* rs's slot, claimed now if it had none (a slot freed since); -1 when none is free, or when rs
+ * was opened in another process. */
+int kl_rstate_slot(rstate *rs);
 void kl_rstate_unref(rstate *rs);
+/* Empties rs->seen, freeing its keys. */
+void kl_seen_clear(rstate *rs);
 /* A borrowed record (kinf_object_borrow) for the record at v, read inside a read section of
  * rs's slot: holds it for this process until the record's last reference goes. */
 kinf_object *kl_borrow(rstate *rs, const kinf_shm_view *v, kinf_err *err);
-/* As kl_borrow for a reader that borrows each record at most once at a time (the writer's own
- * store): the slot's bit is the hold, with no count and no entry in the holds map. KINF_EBUSY
- * when the slot holds the record already. */
+/* As kl_borrow for a reader that keeps no table cache (the writer's own store): one process
+ * hold per call, with no entry in rs's holds map. */
 kinf_object *kl_borrow_sole(rstate *rs, const kinf_shm_view *v, kinf_err *err);
 /* The core.shm userdata at idx (raises when it is not one). */
 lseg *kl_check_seg(lua_State *L, int idx);

@@ -13,8 +13,10 @@
 #include "shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,10 +35,17 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared memory needs address-free int atomics");
 
+/* A slot's owner is one word, so that a claim, a check and a reap each see one process: the
+ * pid in the low 32 bits, the low 32 bits of its start time (/proc/PID/stat field 22, clock
+ * ticks since boot; 0 when unknown) in the high ones. 0: the slot is free. */
 typedef struct shm_reader {
-    _Atomic int pid;         /* 0: free */
+    _Atomic uint64_t owner;
     _Atomic uint64_t epoch;  /* 0: outside a read section */
 } shm_reader;
+
+#define OWNER(pid, start) ((uint64_t)(uint32_t)(pid) | (uint64_t)(uint32_t)(start) << 32)
+#define OWNER_PID(o) ((int)(uint32_t)(o))
+#define OWNER_START(o) ((uint32_t)((o) >> 32))
 
 typedef struct shm_header {
     uint64_t magic;
@@ -165,9 +174,69 @@ _Atomic uint64_t *kinf_shm_root(kinf_shm *shm, int i)
     return &hdr(shm)->roots[i];
 }
 
+/* What /proc/PID/stat says of pid: 1 running (or stopped), with *start its start time; 0 gone
+ * or a zombie (dead, only not waited for yet); -1 unknown (no /proc, or unreadable). */
+static int proc_stat(int pid, uint64_t *start)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long st = 0;
+    char state;
+    ssize_t n;
+    int fd, field;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? 0 : -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 || errno == ESRCH ? 0 : -1; /* the process went between open and read */
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: fields follow its last ')'. */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 1, " %c", &state) != 1)
+        return -1;
+    if (state == 'Z' || state == 'X')
+        return 0;
+    for (field = 2, p++; *p != '\0' && field < 22; p++) { /* to the start of field 22 */
+        if (*p == ' ')
+            field++;
+    }
+    if (field != 22 || sscanf(p, "%llu", &st) != 1)
+        return -1;
+    *start = st;
+    return 1;
+}
+
+uint64_t kinf_shm_process_start(int pid)
+{
+    uint64_t start = 0;
+    return pid > 0 && proc_stat(pid, &start) == 1 ? start : 0;
+}
+
+/* Whether the process of owner word o is gone: no process with its pid, a zombie, or a
+ * process with its pid that started at another time (the pid was reused). Without /proc, only
+ * the first (kill(pid, 0)). A start of 0 in o (unknown) is not compared. */
+static int owner_gone(uint64_t o)
+{
+    int pid = OWNER_PID(o);
+    uint64_t start = 0;
+    int r;
+
+    if (pid <= 0)
+        return 0;
+    r = proc_stat(pid, &start);
+    if (r == 0)
+        return 1;
+    if (r == 1)
+        return OWNER_START(o) != 0 && (uint32_t)start != OWNER_START(o);
+    return kill(pid, 0) == -1 && errno == ESRCH;
+}
+
 static int process_gone(int pid)
 {
-    return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH;
+    return owner_gone(OWNER(pid, 0));
 }
 
 /* ---- writer ---- */
@@ -483,7 +552,7 @@ kinf_err kinf_shm_retire_held(kinf_shm *shm, kinf_shm_off off, _Atomic uint64_t 
 
 /* Frees dead reader slot i: the hooks clear its bit where users publish holders words, then
  * the retired blocks' words are cleared, then the slot is free for another process. */
-static void reap(kinf_shm *shm, int i)
+static void reap(kinf_shm *shm, int i, uint64_t owner)
 {
     shm_header *h = hdr(shm);
     uint64_t bit = 1ull << i;
@@ -494,7 +563,9 @@ static void reap(kinf_shm *shm, int i)
             atomic_fetch_and(shm->retired[k].holders, ~bit);
     }
     atomic_store(&h->readers[i].epoch, 0);
-    atomic_store(&h->readers[i].pid, 0);
+    /* Only a dead owner's slot gets here, and no one else frees or claims it: the exchange
+     * cannot fail; it is one all the same, so a slot is never freed from under another. */
+    atomic_compare_exchange_strong(&h->readers[i].owner, &owner, 0);
 }
 
 size_t kinf_shm_reap_readers(kinf_shm *shm)
@@ -502,15 +573,17 @@ size_t kinf_shm_reap_readers(kinf_shm *shm)
     shm_header *h = hdr(shm);
     size_t n = 0;
     for (int i = 0; i < KINF_SHM_READERS; i++) {
-        if (process_gone(atomic_load(&h->readers[i].pid))) {
-            reap(shm, i);
+        uint64_t o = atomic_load(&h->readers[i].owner);
+        if (o != 0 && owner_gone(o)) {
+            reap(shm, i, o);
             n++;
         }
     }
     return n;
 }
 
-/* Which readers are alive, each looked up at most once per reclaim (kill costs a syscall). */
+/* Which readers are alive, each looked up at most once per reclaim (a look costs a read of
+ * /proc/PID/stat). */
 typedef struct liveness {
     uint64_t checked, alive;
 } liveness;
@@ -519,13 +592,13 @@ static int reader_alive(kinf_shm *shm, liveness *lv, int i)
 {
     uint64_t bit = 1ull << i;
     if (!(lv->checked & bit)) {
-        int pid = atomic_load(&hdr(shm)->readers[i].pid);
+        uint64_t o = atomic_load(&hdr(shm)->readers[i].owner);
         lv->checked |= bit;
-        if (pid != 0 && !process_gone(pid))
+        if (o != 0 && !owner_gone(o))
             lv->alive |= bit;
-        else if (pid != 0)
-            reap(shm, i);
-        /* pid 0: a free slot holds nothing (a reader releases its holds before it closes) */
+        else if (o != 0)
+            reap(shm, i, o);
+        /* 0: a free slot holds nothing (a reader releases its holds before it closes) */
     }
     return (lv->alive & bit) != 0;
 }
@@ -597,10 +670,16 @@ void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), voi
 
 int kinf_shm_reader_open(kinf_shm *shm, int pid)
 {
+    return kinf_shm_reader_open_as(shm, pid, kinf_shm_process_start(pid));
+}
+
+int kinf_shm_reader_open_as(kinf_shm *shm, int pid, uint64_t start)
+{
     shm_header *h = hdr(shm);
+    uint64_t owner = OWNER(pid, start);
     for (int i = 0; i < KINF_SHM_READERS; i++) {
-        int cur = 0;
-        if (atomic_compare_exchange_strong(&h->readers[i].pid, &cur, pid)) {
+        uint64_t cur = 0;
+        if (atomic_compare_exchange_strong(&h->readers[i].owner, &cur, owner)) {
             atomic_store(&h->readers[i].epoch, 0);
             return i;
         }
@@ -614,7 +693,7 @@ void kinf_shm_reader_close(kinf_shm *shm, int slot)
     if (slot < 0 || slot >= KINF_SHM_READERS)
         return;
     atomic_store(&h->readers[slot].epoch, 0);
-    atomic_store(&h->readers[slot].pid, 0);
+    atomic_store(&h->readers[slot].owner, 0);
 }
 
 void kinf_shm_read_begin(kinf_shm *shm, int slot)
@@ -641,5 +720,5 @@ void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out)
     out->alloc_failures = (unsigned long)atomic_load(&h->alloc_failures);
     out->takeovers = (unsigned long)atomic_load(&h->takeovers);
     for (int i = 0; i < KINF_SHM_READERS; i++)
-        out->readers += atomic_load_explicit(&h->readers[i].pid, memory_order_relaxed) != 0;
+        out->readers += atomic_load_explicit(&h->readers[i].owner, memory_order_relaxed) != 0;
 }

@@ -28,6 +28,16 @@
  *   or kinf_shm_reclaim when the dead process holds something back): the writer first calls the
  *   dead-reader hooks (users clear the slot's bit in the blocks they still publish), clears the
  *   bit in its retired blocks, and only then frees the slot for another process.
+ * - Liveness: a slot records its process's pid and start time (/proc/PID/stat). The process is
+ *   dead when no process has the pid, when it is a zombie (exited, not waited for yet) and when
+ *   the process with that pid started at another time (the pid was reused). Without /proc only
+ *   the first is known (kill(pid, 0)).
+ * - Limit: a live reader stopped inside its read section (SIGSTOP, a debugger, a page-in that
+ *   never ends) holds back every block retired since it began: nothing is freed until it moves
+ *   on or dies. The writer never waits for it; it goes on allocating from free memory, and once
+ *   the segment is full its writes fail (counted, kinf_shm_alloc returns 0) while readers keep
+ *   the last consistent content. A stalled section is never expired: the reader could be
+ *   reading any block, and freeing one under it would hand it another's bytes.
  *
  * Crash consistency: the writer publishes every change with one atomic store of an offset
  * (a map slot, a root, the log head) after the memory it points at is complete. A writer killed
@@ -57,8 +67,8 @@
 
 typedef uint64_t kinf_shm_off;
 
-#define KINF_SHM_READERS 64 /* reader slots: one per process (or thread) that reads; a bit each
-                               in a holders word (kinf_shm_retire_held) */
+#define KINF_SHM_READERS 64 /* reader slots: one per process that reads; a bit each in a holders
+                               word (kinf_shm_retire_held) */
 #define KINF_SHM_ROOTS 16    /* words of the header the users of the segment keep offsets in */
 
 typedef struct kinf_shm kinf_shm;
@@ -109,8 +119,8 @@ kinf_err kinf_shm_retire_held(kinf_shm *shm, kinf_shm_off off, _Atomic uint64_t 
  * are still waiting. Call it after each batch of writes. A dead reader that holds something back
  * is reaped here. */
 size_t kinf_shm_reclaim(kinf_shm *shm);
-/* Reaps the slots of reader processes that are gone (each costs a kill(pid, 0)); returns how
- * many. Call it now and then (every second or so): a respawned worker needs a free slot. */
+/* Reaps the slots of reader processes that are gone (each costs a read of /proc/PID/stat);
+ * returns how many. Call it now and then (every second or so): a respawned worker needs a free slot. */
 size_t kinf_shm_reap_readers(kinf_shm *shm);
 /* Registers fn(ud, slot), called in the writer before a dead reader's slot is freed (at most
  * 16 hooks per handle; KINF_ENOMEM past that). kinf_shm_off_dead_reader removes it. */
@@ -119,9 +129,18 @@ void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), voi
 
 /* ---- readers ---- */
 
-/* A reader slot for this process (pid), claimed in the segment; -1 when every slot is taken (a
- * dead process's slot is free again once the writer reaped it). */
+/* A reader slot for process pid, claimed in the segment; -1 when every slot is taken (a dead
+ * process's slot is free again once the writer reaped it). A thread may take a slot of its own
+ * (the same pid); users that share one slot (the Lua binding: one per process, for all its
+ * handles) count their holds themselves, since a bit is set once per slot, and never overlap
+ * their read sections. A forked child never uses its parent's slot: it opens its own. */
 int kinf_shm_reader_open(kinf_shm *shm, int pid);
+/* As kinf_shm_reader_open, with the process's start time given (kinf_shm_process_start; 0:
+ * unknown, then only the pid is checked). */
+int kinf_shm_reader_open_as(kinf_shm *shm, int pid, uint64_t start);
+/* The start time of process pid (/proc/PID/stat field 22, clock ticks since boot); 0 when it
+ * cannot be read (no /proc, no such process, a zombie). */
+uint64_t kinf_shm_process_start(int pid);
 /* Frees the slot; the reader must have cleared its bit in every block it held. */
 void kinf_shm_reader_close(kinf_shm *shm, int slot);
 /* The read section: every offset loaded between begin and end stays valid until end. Sections
