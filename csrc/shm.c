@@ -790,6 +790,7 @@ void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out)
     out->takeovers = (unsigned long)atomic_load(&h->takeovers);
     out->swept_blocks = (unsigned long)atomic_load(&h->swept_blocks);
     out->swept_bytes = (size_t)atomic_load(&h->swept_bytes);
+    out->writer = (int)(atomic_load(&h->writer) >> PID_SHIFT);
     for (int i = 0; i < KINF_SHM_READERS; i++)
         out->readers += atomic_load_explicit(&h->readers[i].pid, memory_order_relaxed) != 0;
 }

@@ -181,6 +181,7 @@ typedef struct kinf_shm_stats {
     unsigned long swept_blocks; /* blocks kinf_shm_sweep found unreachable and retired, in all */
     size_t swept_bytes;         /* and their bytes */
     int readers;          /* reader slots in use */
+    int writer;           /* the writer's pid; 0: none (released) */
 } kinf_shm_stats;
 void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out);
 
