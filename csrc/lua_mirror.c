@@ -31,6 +31,7 @@ struct kl_mirror {
     size_t nindexes;
     int root;             /* the segment's root slot this mirror writes */
     int took_over;        /* attached to a previous writer's store */
+    size_t buckets_fixed; /* index buckets the recovery found wrong and rebuilt */
     unsigned long writes, failures, borrowed;
     unsigned long failures_seen; /* failures up to the last report */
     int failing;                 /* an error was logged and no recovery since */
@@ -79,6 +80,19 @@ kl_mirror *kl_mirror_open(lua_State *L, int seg_idx, int root, kinf_store *local
     if (m == NULL) {
         *err = KINF_ENOMEM;
         return NULL;
+    }
+    /* The first mirror of this process to hold the role recovers what the last writer left
+     * (dead, or gone cleanly with its bookkeeping): the others find the segment recovered. */
+    if (claim == KINF_EEXIST || atomic_load(&ls->seg->mirrored) == 0) {
+        kinf_shm_recovery rec;
+        kinf_err re = kinf_shm_store_recover(shm, &rec);
+        m->buckets_fixed = rec.buckets_fixed;
+        if (re != KINF_OK) {
+            m->failures++;
+            kinf_errmsg(m->last_error, sizeof(m->last_error),
+                        "shared store: recovery from the last writer stopped early: %s",
+                        kinf_strerror(re));
+        }
     }
     m->st = kinf_shm_store_attach(shm, root, err);
     if (m->st != NULL) {
@@ -349,7 +363,7 @@ void kl_mirror_status(lua_State *L, kl_mirror *m)
 {
     kinf_shm_store_info info;
     kinf_shm_store_info_get(m->st, &info);
-    lua_createtable(L, 0, 14);
+    lua_createtable(L, 0, 15);
     kl_set_int(L, "items", (lua_Integer)info.items);
     kl_set_int(L, "writes", (lua_Integer)m->writes);
     kl_set_int(L, "failures", (lua_Integer)m->failures);
@@ -362,6 +376,7 @@ void kl_mirror_status(lua_State *L, kl_mirror *m)
     lua_pushboolean(L, m->took_over);
     lua_setfield(L, -2, "took_over");
     kl_set_int(L, "borrowed", (lua_Integer)m->borrowed);
+    kl_set_int(L, "buckets_fixed", (lua_Integer)m->buckets_fixed);
     if (m->last_error[0]) {
         lua_pushstring(L, m->last_error);
         lua_setfield(L, -2, "last_error");
@@ -384,8 +399,9 @@ void kl_mirror_close(kl_mirror *m)
             free(sl->value);
         kinf_map_free(&m->dirty);
     }
-    kinf_shm_release_writer(m->seg->shm, (int)getpid());
-    atomic_fetch_and(&m->seg->mirrored, ~(1u << m->root));
+    /* The role is the process's: it goes with the last of its mirrors. */
+    if ((atomic_fetch_and(&m->seg->mirrored, ~(1u << m->root)) & ~(1u << m->root)) == 0)
+        kinf_shm_release_writer(m->seg->shm, (int)getpid());
     kinf_store_unref(m->local);
     kl_rstate_unref(m->rs); /* the local store's borrowed records keep it until they go */
     kl_seg_unref(m->seg);

@@ -100,13 +100,16 @@ void kl_push_shm_stats(lua_State *L, kinf_shm *shm)
 {
     kinf_shm_stats st;
     kinf_shm_stats_get(shm, &st);
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 10);
     kl_set_int(L, "size", (lua_Integer)st.size);
     kl_set_int(L, "used", (lua_Integer)st.used);
     kl_set_int(L, "free", (lua_Integer)(st.free_listed + st.untouched));
     kl_set_int(L, "alloc_failures", (lua_Integer)st.alloc_failures);
     kl_set_int(L, "takeovers", (lua_Integer)st.takeovers);
+    kl_set_int(L, "swept_blocks", (lua_Integer)st.swept_blocks);
+    kl_set_int(L, "swept_bytes", (lua_Integer)st.swept_bytes);
     kl_set_int(L, "readers", st.readers);
+    kl_set_int(L, "writer", st.writer);
     kl_set_int(L, "retired", (lua_Integer)st.retired);
 }
 
@@ -695,6 +698,8 @@ static int poll_protected(lua_State *L)
 
         kinf_shm_read_begin(rs->seg->shm, rs->slot);
         r = kinf_shm_log_read(rs->seg->shm, log, rs->cursor, &ev);
+        if (r == KINF_SHM_LOG_EVENT && ev.type == KINF_SHM_RESYNCED)
+            r = KINF_SHM_LOG_BEHIND; /* a new writer took over: start over from the content */
         if (r != KINF_SHM_LOG_EVENT) {
             kinf_shm_read_end(rs->seg->shm, rs->slot);
             if (r == KINF_SHM_LOG_NONE)

@@ -30,6 +30,7 @@
 #define MIN_BLOCK 32 /* header, two list links and a footer when free */
 #define F_FREE 1u
 #define F_PREV_FREE 2u
+#define F_HELD 4u /* allocated with kinf_shm_alloc_held: a holders word at KINF_SHM_HOLDERS_AT */
 #define SIZE_MASK (((1ull << 48) - 1) & ~(uint64_t)7)
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
@@ -53,10 +54,11 @@ typedef struct shm_header {
     uint64_t data;                    /* offset of the first carvable byte */
     uint64_t seed;                    /* hash seed of the maps in the segment */
     _Atomic uint64_t epoch;           /* starts at 1; only the writer advances it */
-    _Atomic int writer_pid;           /* 0: no writer */
+    _Atomic uint64_t writer;          /* the writer's identity (ident()); 0: no writer */
     _Atomic uint64_t brk;             /* [writer] carved up to here */
     _Atomic uint64_t used, free_listed; /* [writer] bytes, for stats */
     _Atomic uint64_t alloc_failures, takeovers;
+    _Atomic uint64_t swept_blocks, swept_bytes; /* retired by kinf_shm_sweep, in all */
     _Atomic uint64_t roots[KINF_SHM_ROOTS];
     _Atomic uint64_t free_heads[NCLASSES]; /* [writer] block offsets */
     uint64_t nonempty[NWORDS];             /* [writer] bit c: free_heads[c] != 0 */
@@ -72,6 +74,8 @@ struct shm_retired {
     uint64_t epoch;
     _Atomic uint64_t *holders; /* NULL: no reader holds it beyond a read section */
 };
+
+void (*kinf_shm_step)(void);
 
 static shm_header *hdr(const kinf_shm *shm)
 {
@@ -241,22 +245,65 @@ static int process_gone(int pid)
 
 /* ---- writer ---- */
 
+/* The writer's identity: its pid and its start time (field 22 of /proc/PID/stat, clock ticks
+ * since boot) in one word, so that a process that got a dead writer's pid again is not taken
+ * for it. Without /proc the start time is 0 and the pid alone decides. */
+#define PID_SHIFT 42
+#define START_MASK ((1ull << PID_SHIFT) - 1)
+
+static uint64_t start_time(int pid)
+{
+    char path[64], buf[1024];
+    const char *p;
+    unsigned long long t = 0;
+    FILE *f;
+    size_t n;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: count from the last ')'. */
+    if ((p = strrchr(buf, ')')) == NULL)
+        return 0;
+    for (int field = 2; field < 22 && p != NULL; field++)
+        p = strchr(p + 1, ' ');
+    if (p == NULL || sscanf(p + 1, "%llu", &t) != 1)
+        return 0;
+    return (uint64_t)t & START_MASK;
+}
+
+static uint64_t ident(int pid)
+{
+    return (uint64_t)(unsigned)pid << PID_SHIFT | start_time(pid);
+}
+
+/* Whether the process with identity id is gone (its pid dead, or another process's now). */
+static int ident_gone(uint64_t id)
+{
+    int pid = (int)(id >> PID_SHIFT);
+    uint64_t start = id & START_MASK;
+    return process_gone(pid) || (start != 0 && start_time(pid) != start);
+}
+
 kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid)
 {
     shm_header *h = hdr(shm);
-    int cur = atomic_load(&h->writer_pid);
+    uint64_t me = ident(pid), cur = atomic_load(&h->writer);
     for (;;) {
-        if (cur == pid)
+        if (cur == me)
             return KINF_OK;
         if (cur == 0) {
-            if (atomic_compare_exchange_weak(&h->writer_pid, &cur, pid))
+            if (atomic_compare_exchange_weak(&h->writer, &cur, me))
                 return KINF_OK;
             continue;
         }
-        if (!process_gone(cur))
+        if (!ident_gone(cur))
             return KINF_EBUSY;
-        if (atomic_compare_exchange_weak(&h->writer_pid, &cur, pid)) {
+        if (atomic_compare_exchange_weak(&h->writer, &cur, me)) {
             atomic_fetch_add(&h->takeovers, 1);
+            shm->nretired = 0; /* a list this process kept from an earlier role is stale */
             rebuild_free_lists(shm);
             return KINF_EEXIST;
         }
@@ -265,8 +312,12 @@ kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid)
 
 void kinf_shm_release_writer(kinf_shm *shm, int pid)
 {
-    int cur = pid;
-    atomic_compare_exchange_strong(&hdr(shm)->writer_pid, &cur, 0);
+    uint64_t cur = ident(pid);
+    /* The blocks still waiting are unreachable; they are not freed here (a reader may still
+     * read them) and the list is dropped, since the next writer may free and reuse them: its
+     * kinf_shm_sweep finds them. */
+    if (atomic_compare_exchange_strong(&hdr(shm)->writer, &cur, 0))
+        shm->nretired = 0;
 }
 
 /* ---- blocks ---- */
@@ -353,7 +404,7 @@ static void mark_prev_free(kinf_shm *shm, uint64_t b, int is_free)
     if (b >= atomic_load_explicit(&hdr(shm)->brk, memory_order_relaxed))
         return;
     w = hword(shm, b);
-    set_hword(shm, b, bsize(w), (w & F_FREE) | (is_free ? F_PREV_FREE : 0));
+    set_hword(shm, b, bsize(w), (w & (F_FREE | F_HELD)) | (is_free ? F_PREV_FREE : 0));
 }
 
 /* The first non-empty list at or above class c, or NCLASSES. */
@@ -374,7 +425,7 @@ size_t kinf_shm_max_alloc(const kinf_shm *shm)
     return (size_t)(hdr(shm)->size - hdr(shm)->data - BLOCK_HEADER);
 }
 
-kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
+static kinf_shm_off alloc_flags(kinf_shm *shm, size_t n, uint64_t flags)
 {
     shm_header *h = hdr(shm);
     uint64_t need, off, s, brk;
@@ -414,7 +465,7 @@ kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
         } else {
             mark_prev_free(shm, off + s, 0);
         }
-        set_hword(shm, off, s, 0);
+        set_hword(shm, off, s, flags);
     } else {
         brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
         if (need > h->size - brk) {
@@ -423,11 +474,24 @@ kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
         }
         off = brk;
         s = need;
-        set_hword(shm, off, s, 0); /* what precedes brk is never free: it would have merged */
+        set_hword(shm, off, s, flags); /* what precedes brk is never free: it would have merged */
         atomic_store_explicit(&h->brk, off + s, memory_order_relaxed);
     }
     atomic_fetch_add_explicit(&h->used, s, memory_order_relaxed);
+    KINF_SHM_STEP();
     return off + BLOCK_HEADER;
+}
+
+kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n)
+{
+    return alloc_flags(shm, n, 0);
+}
+
+kinf_shm_off kinf_shm_alloc_held(kinf_shm *shm, size_t n)
+{
+    if (n < KINF_SHM_HOLDERS_AT + sizeof(uint64_t))
+        n = KINF_SHM_HOLDERS_AT + sizeof(uint64_t);
+    return alloc_flags(shm, n, F_HELD);
 }
 
 size_t kinf_shm_block_size(const kinf_shm *shm, kinf_shm_off off)
@@ -447,6 +511,7 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
     if (!is_block(w) || (w & F_FREE) || bsize(w) < MIN_BLOCK)
         return; /* not a block of ours (or freed twice): leak rather than corrupt the lists */
     s = bsize(w);
+    KINF_SHM_STEP();
     atomic_fetch_sub_explicit(&h->used, s, memory_order_relaxed);
     brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
     /* Merge with the free neighbours: one header store makes each merge, so the heap parses
@@ -517,7 +582,7 @@ static void rebuild_free_lists(kinf_shm *shm)
         uint64_t w = hword(shm, b), s = bsize(w);
         if (!is_block(w) || s < MIN_BLOCK)
             break;
-        set_hword(shm, b, s, (w & F_FREE) | (prev_free ? F_PREV_FREE : 0));
+        set_hword(shm, b, s, (w & (F_FREE | F_HELD)) | (prev_free ? F_PREV_FREE : 0));
         prev_free = (w & F_FREE) != 0;
         b += s;
     }
@@ -619,9 +684,9 @@ size_t kinf_shm_reclaim(kinf_shm *shm)
     shm_header *h = hdr(shm);
     uint64_t oldest, now;
     liveness lv = {0, 0};
-    size_t k = 0;
+    size_t k = 0, n = shm->nretired;
 
-    if (shm->nretired == 0)
+    if (n == 0)
         return 0;
     now = atomic_fetch_add(&h->epoch, 1) + 1;
     atomic_thread_fence(memory_order_seq_cst);
@@ -634,11 +699,18 @@ size_t kinf_shm_reclaim(kinf_shm *shm)
             continue; /* it died inside a read section: reaped */
         oldest = e;
     }
-    for (size_t i = 0; i < shm->nretired; i++) {
-        /* A holder sets its bit inside a read section: once no section that began before the
-         * retirement is left, a clear word stays clear. */
+    /* First every decision, then the frees: a dead holder found on the way is reaped, and the
+     * reap clears its bit in every retired block's holders word, which must all be live then.
+     * A holder sets its bit inside a read section: once no section that began before the
+     * retirement is left, a clear word stays clear. The low bit of each offset (blocks are
+     * 8-aligned) carries the decision meanwhile. */
+    for (size_t i = 0; i < n; i++) {
         if (shm->retired[i].epoch < oldest && unheld(shm, &lv, shm->retired[i].holders))
-            kinf_shm_free(shm, shm->retired[i].off);
+            shm->retired[i].off |= 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (shm->retired[i].off & 1)
+            kinf_shm_free(shm, shm->retired[i].off & ~(kinf_shm_off)1);
         else
             shm->retired[k++] = shm->retired[i];
     }
@@ -664,6 +736,81 @@ void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), voi
             return;
         }
     }
+}
+
+/* ---- recovery ---- */
+
+struct kinf_shm_marks {
+    uint64_t *bits; /* bit (block - data) / 8: the block is reachable */
+    uint64_t data, nbits;
+};
+
+kinf_shm_marks *kinf_shm_marks_new(const kinf_shm *shm)
+{
+    kinf_shm_marks *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->data = hdr(shm)->data;
+    m->nbits = (hdr(shm)->size - m->data) / 8;
+    m->bits = calloc((size_t)(m->nbits + 63) / 64, sizeof(uint64_t));
+    if (m->bits == NULL) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void kinf_shm_marks_free(kinf_shm_marks *m)
+{
+    if (m != NULL)
+        free(m->bits);
+    free(m);
+}
+
+int kinf_shm_mark(kinf_shm_marks *m, kinf_shm_off off)
+{
+    uint64_t i, bit;
+    if (off < m->data + BLOCK_HEADER || (off - m->data - BLOCK_HEADER) / 8 >= m->nbits)
+        return 0;
+    i = (off - BLOCK_HEADER - m->data) / 8;
+    bit = 1ull << (i % 64);
+    if (m->bits[i / 64] & bit)
+        return 0;
+    m->bits[i / 64] |= bit;
+    return 1;
+}
+
+kinf_err kinf_shm_sweep(kinf_shm *shm, kinf_shm_marks *m, size_t *blocks, size_t *bytes)
+{
+    shm_header *h = hdr(shm);
+    uint64_t brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
+    kinf_err e = KINF_OK;
+
+    *blocks = *bytes = 0;
+    /* What waits in this writer's retire list is accounted for already. */
+    for (size_t k = 0; k < shm->nretired; k++)
+        (void)kinf_shm_mark(m, shm->retired[k].off);
+    for (uint64_t b = h->data; b < brk;) {
+        uint64_t w = hword(shm, b), s = bsize(w);
+        if (!is_block(w) || s < MIN_BLOCK || s > brk - b)
+            break; /* unparsable (the free lists' rebuild stopped there too) */
+        if (!(w & F_FREE) && kinf_shm_mark(m, b + BLOCK_HEADER)) {
+            _Atomic uint64_t *holders =
+                (w & F_HELD) ? (_Atomic uint64_t *)(shm->base + b + BLOCK_HEADER +
+                                                    KINF_SHM_HOLDERS_AT)
+                             : NULL;
+            if (kinf_shm_retire_held(shm, b + BLOCK_HEADER, holders) != KINF_OK) {
+                e = KINF_ENOMEM; /* stays allocated: the next sweep finds it again */
+                break;
+            }
+            ++*blocks;
+            *bytes += s;
+        }
+        b += s;
+    }
+    atomic_fetch_add(&h->swept_blocks, *blocks);
+    atomic_fetch_add(&h->swept_bytes, *bytes);
+    return e;
 }
 
 /* ---- readers ---- */
@@ -719,6 +866,9 @@ void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out)
     out->retired = shm->nretired;
     out->alloc_failures = (unsigned long)atomic_load(&h->alloc_failures);
     out->takeovers = (unsigned long)atomic_load(&h->takeovers);
+    out->swept_blocks = (unsigned long)atomic_load(&h->swept_blocks);
+    out->swept_bytes = (size_t)atomic_load(&h->swept_bytes);
+    out->writer = (int)(atomic_load(&h->writer) >> PID_SHIFT);
     for (int i = 0; i < KINF_SHM_READERS; i++)
         out->readers += atomic_load_explicit(&h->readers[i].owner, memory_order_relaxed) != 0;
 }

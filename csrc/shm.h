@@ -15,8 +15,10 @@
  * - One writer at a time allocates, frees and retires. The writer is the process that called
  *   kinf_shm_claim_writer last; nothing stops two from writing at once: callers elect one (the
  *   agent process) and kinf_shm_claim_writer tells a successor that a predecessor died mid-write
- *   (KINF_EBUSY: its pid is dead but it never released; everything it published stays readable).
- *   Within the writer process only one thread may call the writer functions.
+ *   (KINF_EEXIST: it is gone but never released; everything it published stays readable). A
+ *   process is known by its pid and its start time, so one that got a dead writer's pid again
+ *   is not taken for the writer. Within the writer process only one thread may call the
+ *   writer functions.
  * - Any thread of any process reads. A reader registers once (kinf_shm_reader_open: a slot of
  *   the segment's reader table, KINF_SHM_READERS of them) and brackets its reads with
  *   kinf_shm_read_begin / kinf_shm_read_end. Inside, every offset it loaded stays valid; outside,
@@ -40,10 +42,15 @@
  *   reading any block, and freeing one under it would hand it another's bytes.
  *
  * Crash consistency: the writer publishes every change with one atomic store of an offset
- * (a map slot, a root, the log head) after the memory it points at is complete. A writer killed
- * at any point leaves the segment readable and consistent; what it had allocated and not
- * published, and what it had retired and not yet freed, is lost to the segment (counted in
- * kinf_shm_stats as leaked by the successor: bounded by one write plus one grace period).
+ * (a map slot, a root, the log head) after the memory it points at is complete, so a writer
+ * killed at any point leaves every structure readable. What it leaves unaccounted for: blocks it
+ * had allocated and not published, blocks it had unlinked and not yet freed (its retire list is
+ * its own memory), and what its users kept in process memory. A successor finds them by
+ * marking every block its users can reach (kinf_shm_mark) and sweeping the heap
+ * (kinf_shm_sweep): every allocated block left unmarked is retired, so nothing leaks across
+ * takeovers (counted in kinf_shm_stats). Blocks allocated with kinf_shm_alloc_held are retired
+ * with their holders word. The sweep assumes the segment holds nothing but what the marking
+ * reaches (shm_store.h's kinf_shm_store_recover marks every store).
  *
  * Allocation: blocks of the size asked (rounded up to 8 bytes, at least 32, an 8-byte header
  * included), carved from the segment's unused end; a freed block merges with its free
@@ -70,6 +77,7 @@ typedef uint64_t kinf_shm_off;
 #define KINF_SHM_READERS 64 /* reader slots: one per process that reads; a bit each in a holders
                                word (kinf_shm_retire_held) */
 #define KINF_SHM_ROOTS 16    /* words of the header the users of the segment keep offsets in */
+#define KINF_SHM_HOLDERS_AT 16 /* where a kinf_shm_alloc_held block keeps its holders word */
 
 typedef struct kinf_shm kinf_shm;
 
@@ -95,13 +103,18 @@ _Atomic uint64_t *kinf_shm_root(kinf_shm *shm, int i);
 
 /* Makes this process (pid) the writer. KINF_OK: no writer, or the last one released or is this
  * process; KINF_EBUSY: another live process is the writer (nothing changed); KINF_EEXIST: the
- * writer was taken over from a process that died holding it (what it published stays; what it
- * held unpublished is leaked). */
+ * writer was taken over from a process that died holding it (the free lists are rebuilt from
+ * the block headers; what it held unaccounted for is found by the caller's sweep). */
 kinf_err kinf_shm_claim_writer(kinf_shm *shm, int pid);
+/* Gives the role up. The blocks still waiting in this process's retire list are left to the
+ * next writer's sweep (this process may be the next writer: the list is dropped either way). */
 void kinf_shm_release_writer(kinf_shm *shm, int pid);
 
 /* A block of at least n bytes, 8-aligned, or 0 when the segment is full. Writer only. */
 kinf_shm_off kinf_shm_alloc(kinf_shm *shm, size_t n);
+/* As kinf_shm_alloc, for a block whose word at KINF_SHM_HOLDERS_AT bytes is a holders word
+ * (kinf_shm_retire_held): a sweep that finds it unreachable retires it with that word. */
+kinf_shm_off kinf_shm_alloc_held(kinf_shm *shm, size_t n);
 /* The largest n kinf_shm_alloc could ever serve (in an empty segment). */
 size_t kinf_shm_max_alloc(const kinf_shm *shm);
 /* The bytes the block at off (from kinf_shm_alloc) takes, header included. 0 for 0. */
@@ -109,7 +122,8 @@ size_t kinf_shm_block_size(const kinf_shm *shm, kinf_shm_off off);
 /* Frees a block now: only for a block no reader can have seen (never published). Accepts 0. */
 void kinf_shm_free(kinf_shm *shm, kinf_shm_off off);
 /* Frees a published block once every reader that may hold it has left its read section. The
- * retire list is the writer process's memory. KINF_ENOMEM: the block is leaked instead. */
+ * retire list is the writer process's memory. KINF_ENOMEM: the block stays allocated, for the
+ * next writer's sweep to find. */
 kinf_err kinf_shm_retire(kinf_shm *shm, kinf_shm_off off);
 /* As kinf_shm_retire, for a block readers may hold beyond their read sections: holders is the
  * block's holders word; the block is freed only once, in addition, no live reader's bit is set
@@ -126,6 +140,33 @@ size_t kinf_shm_reap_readers(kinf_shm *shm);
  * 16 hooks per handle; KINF_ENOMEM past that). kinf_shm_off_dead_reader removes it. */
 kinf_err kinf_shm_on_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud);
 void kinf_shm_off_dead_reader(kinf_shm *shm, void (*fn)(void *ud, int slot), void *ud);
+
+/* ---- recovery (a writer that took over) ---- */
+
+/* A set of reachable blocks, in process memory (a bit per 8 bytes of the segment: size / 64
+ * bytes). NULL when out of memory. */
+typedef struct kinf_shm_marks kinf_shm_marks;
+kinf_shm_marks *kinf_shm_marks_new(const kinf_shm *shm);
+void kinf_shm_marks_free(kinf_shm_marks *m);
+/* Marks the block at off (from kinf_shm_alloc; 0 and offsets outside the heap are ignored);
+ * returns 1 when it was not marked before. */
+int kinf_shm_mark(kinf_shm_marks *m, kinf_shm_off off);
+/* Writer. Retires every allocated block that is neither marked nor waiting in this writer's
+ * retire list (held blocks with their holders word); *blocks and *bytes get how many (also
+ * added to kinf_shm_stats). Everything the users of the segment can reach must be marked: an
+ * unmarked block is freed once readers moved on. KINF_ENOMEM: the retire list could not grow;
+ * the rest stays allocated for the next sweep. */
+kinf_err kinf_shm_sweep(kinf_shm *shm, kinf_shm_marks *m, size_t *blocks, size_t *bytes);
+
+/* A seam for crash tests: when set, the writer calls it between the steps of a write (after
+ * each allocation, before each free, after each publication); a test kills the process there.
+ * NULL in production. */
+extern void (*kinf_shm_step)(void);
+#define KINF_SHM_STEP()                                                                        \
+    do {                                                                                       \
+        if (kinf_shm_step != NULL)                                                             \
+            kinf_shm_step();                                                                   \
+    } while (0)
 
 /* ---- readers ---- */
 
@@ -156,7 +197,10 @@ typedef struct kinf_shm_stats {
     size_t retired;       /* blocks retired by this writer and not yet freed */
     unsigned long alloc_failures;
     unsigned long takeovers; /* writers that took over from a dead one */
+    unsigned long swept_blocks; /* blocks kinf_shm_sweep found unreachable and retired, in all */
+    size_t swept_bytes;         /* and their bytes */
     int readers;          /* reader slots in use */
+    int writer;           /* the writer's pid; 0: none (released) */
 } kinf_shm_stats;
 void kinf_shm_stats_get(kinf_shm *shm, kinf_shm_stats *out);
 

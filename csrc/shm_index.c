@@ -151,7 +151,7 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
         b->chunks[k++] = old->chunks[i];
     b->nchunks = k;
     b->n = total;
-    b->version = atomic_load_explicit(&H(st)->writes, memory_order_relaxed) + 1;
+    b->version = atomic_fetch_add_explicit(&H(st)->versions, 1, memory_order_relaxed) + 1;
     b->h.key_at = (uint32_t)(sizeof(shm_bucket) + k * sizeof(kinf_shm_off));
     b->h.key_len = (uint32_t)value->len;
     memcpy((char *)b + b->h.key_at, value->ptr, value->len);
@@ -242,9 +242,40 @@ void kinf_shm_index_publish(kinf_shm_store *st, changes *cs)
         else
             kinf_shm_map_remove(st->shm, root, cs->c[i].value.ptr, cs->c[i].value.len, &old);
         /* Either may fail to be queued (out of memory): it is leaked, never freed early. */
+        KINF_SHM_STEP();
         (void)kinf_shm_retire(st->shm, old);
         (void)kinf_shm_retire(st->shm, cs->c[i].gone[0]);
         (void)kinf_shm_retire(st->shm, cs->c[i].gone[1]);
     }
+}
+
+kinf_shm_off kinf_shm_index_bucket_new(kinf_shm_store *st, const kinf_str *value,
+                                       const kinf_shm_off *recs, size_t n)
+{
+    size_t per = CHUNK_MAX / 2, nchunks = (n + per - 1) / per;
+    kinf_shm_off off = kinf_shm_alloc(st->shm, sizeof(shm_bucket) + nchunks * sizeof(kinf_shm_off) +
+                                                   value->len + 1);
+    shm_bucket *b;
+    if (off == 0)
+        return 0;
+    b = kinf_shm_ptr(st->shm, off);
+    for (size_t i = 0; i < nchunks; i++) {
+        size_t from = i * per, len = n - from < per ? n - from : per;
+        if ((b->chunks[i] = chunk_new(st, recs + from, len)) == 0) {
+            while (i-- > 0)
+                kinf_shm_free(st->shm, b->chunks[i]);
+            kinf_shm_free(st->shm, off);
+            return 0;
+        }
+    }
+    b->nchunks = nchunks;
+    b->n = n;
+    b->version = atomic_fetch_add_explicit(&H(st)->versions, 1, memory_order_relaxed) + 1;
+    b->h.key_at = (uint32_t)(sizeof(shm_bucket) + nchunks * sizeof(kinf_shm_off));
+    b->h.key_len = (uint32_t)value->len;
+    memcpy((char *)b + b->h.key_at, value->ptr, value->len);
+    ((char *)b)[b->h.key_at + value->len] = '\0';
+    b->h.hash = kinf_shm_map_hash(st->shm, value->ptr, value->len);
+    return off;
 }
 

@@ -72,7 +72,9 @@ uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kin
     atomic_store_explicit(&s->obj, obj, memory_order_relaxed);
     atomic_store_explicit(&s->old, old, memory_order_relaxed);
     atomic_store_explicit(&s->stamp, seq, memory_order_release);
+    KINF_SHM_STEP();
     atomic_store_explicit(&l->head, seq + 1, memory_order_release);
+    KINF_SHM_STEP();
     return seq;
 }
 

@@ -146,6 +146,7 @@ static kinf_err make_room(kinf_shm *shm, _Atomic uint64_t *root, uint64_t extra)
         return KINF_ENOMEM;
     }
     atomic_store_explicit(root, noff, memory_order_release);
+    KINF_SHM_STEP();
     return KINF_OK;
 }
 
@@ -170,6 +171,7 @@ kinf_err kinf_shm_map_put(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_off en
         i = probe(shm, t, e->hash, key, e->key_len, &found, &free_slot);
         if (found != 0) { /* the key is there: replace in place */
             atomic_store_explicit(&t->slots[i], entry, memory_order_release);
+            KINF_SHM_STEP();
             *replaced = found;
             return KINF_OK;
         }
@@ -180,6 +182,7 @@ kinf_err kinf_shm_map_put(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_off en
     (void)probe(shm, t, e->hash, key, e->key_len, &found, &free_slot);
     was_empty = atomic_load_explicit(&t->slots[free_slot], memory_order_relaxed) == EMPTY;
     atomic_store_explicit(&t->slots[free_slot], entry, memory_order_release);
+    KINF_SHM_STEP();
     t->used += was_empty;
     atomic_fetch_add_explicit(&t->count, 1, memory_order_relaxed);
     return KINF_OK;
@@ -199,6 +202,7 @@ void kinf_shm_map_remove(kinf_shm *shm, _Atomic uint64_t *root, const char *key,
     if (found == 0)
         return;
     atomic_store_explicit(&t->slots[i], TOMBSTONE, memory_order_release);
+    KINF_SHM_STEP();
     atomic_fetch_sub_explicit(&t->count, 1, memory_order_relaxed);
     *removed = found;
 }
@@ -211,6 +215,21 @@ void kinf_shm_map_clear(kinf_shm *shm, _Atomic uint64_t *root)
     atomic_store_explicit(root, 0, memory_order_release);
     if (kinf_shm_retire(shm, toff) != KINF_OK)
         return; /* leaked: the map is empty all the same */
+}
+
+void kinf_shm_map_recount(kinf_shm *shm, _Atomic uint64_t *root)
+{
+    shm_table *t = table_at(shm, atomic_load_explicit(root, memory_order_relaxed));
+    uint64_t live = 0, used = 0;
+    if (t == NULL)
+        return;
+    for (uint64_t i = 0; i < t->cap; i++) {
+        uint64_t v = atomic_load_explicit(&t->slots[i], memory_order_relaxed);
+        live += v > TOMBSTONE;
+        used += v != EMPTY;
+    }
+    t->used = used;
+    atomic_store_explicit(&t->count, live, memory_order_relaxed);
 }
 
 void kinf_shm_map_iter_init(const kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_map_iter *it)

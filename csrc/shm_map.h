@@ -49,6 +49,10 @@ void kinf_shm_map_remove(kinf_shm *shm, _Atomic uint64_t *root, const char *key,
  * touched (the caller retires them). */
 void kinf_shm_map_clear(kinf_shm *shm, _Atomic uint64_t *root);
 
+/* Writer (a successor). Counts the current table's entries and tombstones again: a writer
+ * killed between a slot's store and its count left them off by one. */
+void kinf_shm_map_recount(kinf_shm *shm, _Atomic uint64_t *root);
+
 /* Reader (or writer). key's entry, or 0. */
 kinf_shm_off kinf_shm_map_get(const kinf_shm *shm, _Atomic uint64_t *root, const char *key,
                               size_t len);

@@ -188,7 +188,7 @@ static kinf_err record_new(kinf_shm_store *st, const kinf_object *obj,
     if (ns > 0xffff || name > 0xffff || uid > 0xffff || rv > 0xffff || size > 0xffffffffu ||
         size > kinf_shm_max_alloc(st->shm))
         return KINF_ETOOBIG;
-    if ((off = kinf_shm_alloc(st->shm, size)) == 0)
+    if ((off = kinf_shm_alloc_held(st->shm, size)) == 0)
         return KINF_ENOMEM;
     *out = off;
     r = kinf_shm_ptr(st->shm, off);
@@ -347,6 +347,7 @@ static kinf_err put_once(kinf_shm_store *st, const kinf_object *obj,
     kinf_shm_index_publish(st, &cs);
     free(cs.c);
     (void)kinf_shm_map_put(st->shm, &h->items, rec, &replaced);
+    KINF_SHM_STEP();
     seq = kinf_shm_log_append(st->shm, h->log, replaced ? KINF_SHM_UPDATED : KINF_SHM_ADDED, rec,
                               replaced);
     (void)kinf_shm_log_defer(&st->deferred, replaced, seq, kinf_shm_block_size(st->shm, replaced));
@@ -386,6 +387,7 @@ static kinf_err delete_once(kinf_shm_store *st, const char *key, size_t len)
     kinf_shm_index_publish(st, &cs);
     free(cs.c);
     kinf_shm_map_remove(st->shm, &h->items, key, len, &removed);
+    KINF_SHM_STEP();
     seq = kinf_shm_log_append(st->shm, h->log, KINF_SHM_DELETED, removed, 0);
     (void)kinf_shm_log_defer(&st->deferred, removed, seq, kinf_shm_block_size(st->shm, removed));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);

@@ -22,9 +22,18 @@
  * chunks. A reader's bucket is therefore one consistent moment of that value.
  *
  * Crash: everything is published with one atomic store after it is complete (shm_map.h), so a
- * successor writer (kinf_shm_store_attach after kinf_shm_claim_writer) continues from what is
- * there: it puts what its own list holds and then removes the keys it does not hold
- * (kinf_shm_store_retain), and readers see the difference as events.
+ * writer killed at any point leaves every structure readable, but a write is several such
+ * stores (the buckets, the record, its event, the write count) and a writer killed between two
+ * leaves them apart: a record no event announced, buckets that disagree with the items map, the
+ * old records only its process memory knew about. A successor (kinf_shm_claim_writer, then
+ * kinf_shm_store_recover before it writes, then kinf_shm_store_attach and
+ * kinf_shm_store_become_writer) takes the items map as it finds it, rebuilds every bucket that
+ * disagrees with it, appends a RESYNCED event (every reader starts over from the content) and
+ * reclaims every block no store reaches. It then puts what its own list holds and removes the
+ * keys it does not hold (kinf_shm_store_retain), and readers see the difference as events. So
+ * a crash loses no change for good: what the dead writer had not written, the successor's list
+ * brings. Bucket versions come from a counter in the segment, taken before a bucket is
+ * published: no version is ever given twice, across writers.
  *
  * Memory: the segment holds the live records, their index buckets and maps, and the old records
  * the log still names, bounded in bytes (kinf_shm_store_set_log_bytes, an eighth of the
@@ -76,6 +85,18 @@ kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err);
  * registers the dead-reader hook on the segment handle, so only the writer thread may call it.
  * Writes through a handle that is not the writer's fail with KINF_EINVAL. */
 kinf_err kinf_shm_store_become_writer(kinf_shm_store *st);
+/* Writer that just claimed the segment (shm.h), before any store of it is written: recovers
+ * every store kept at a root of the segment from what the last writer left (see Crash above).
+ * The segment must hold nothing but stores: any block no store reaches is freed. KINF_ENOMEM
+ * (process memory, or no room in the segment to rebuild a bucket): recovery stopped early;
+ * calling it again continues. */
+typedef struct kinf_shm_recovery {
+    size_t stores;         /* stores found at the roots */
+    size_t buckets_fixed;  /* buckets rebuilt or removed: they disagreed with the items map */
+    size_t swept_blocks;   /* blocks no store reached, retired */
+    size_t swept_bytes;
+} kinf_shm_recovery;
+kinf_err kinf_shm_store_recover(kinf_shm *shm, kinf_shm_recovery *out);
 /* Frees the handle (and the writer's bookkeeping), not the store. Accepts NULL. */
 void kinf_shm_store_close(kinf_shm_store *st);
 
@@ -104,7 +125,7 @@ size_t kinf_shm_store_len(const kinf_shm_store *st);
 int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out);
 /* The records under a value of an index, in key order: n of them, read one by one with
  * kinf_shm_bucket_next (inside the read section that found them). version (0 when none) changes
- * whenever they do, and never comes back for the value. */
+ * whenever they do, and is never given twice in the store, across writers. */
 typedef struct kinf_shm_bucket {
     size_t n;
     uint64_t version;

@@ -7,6 +7,7 @@
 #define KINF_SHM_STORE_IMPL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "shm_store.h"
@@ -19,6 +20,8 @@ typedef struct shm_store_hdr {
     kinf_shm_off log;
     _Atomic uint64_t items;
     _Atomic uint64_t writes, write_failures;
+    _Atomic uint64_t versions; /* the last bucket version given: taken before the bucket is
+                                  published, so no writer, dead or alive, gives one twice */
     struct {
         char name[KINF_SHM_INDEX_NAME];
         _Atomic uint64_t buckets;
@@ -37,6 +40,9 @@ typedef struct shm_record {
     char bytes[];
 } shm_record;
 
+/* Records are allocated with kinf_shm_alloc_held: a sweep finds their holders word there. */
+_Static_assert(offsetof(shm_record, holders) == KINF_SHM_HOLDERS_AT, "holders word");
+
 /* A value's records, sorted by key, in chunks of at most CHUNK_MAX: a write copies the chunk it
  * changes and the bucket's array of chunk offsets, not every record of the value. Chunks are
  * shared by the buckets built one from the other and retired one by one, when a write replaces
@@ -51,7 +57,7 @@ typedef struct shm_chunk {
 /* chunks: nchunks chunk offsets, in key order; the value's bytes follow them (h.key_at). */
 typedef struct shm_bucket {
     kinf_shm_entry h;
-    uint64_t version; /* the store's write count when it was built: grows for a value */
+    uint64_t version; /* from the store's versions counter: never given twice */
     uint64_t n;       /* records in all */
     uint64_t nchunks;
     kinf_shm_off chunks[];
@@ -121,5 +127,9 @@ kinf_err kinf_shm_index_prepare(kinf_shm_store *st, const char *key, size_t key_
 void kinf_shm_index_publish(kinf_shm_store *st, changes *cs);
 /* Frees every prepared change (none was published) and forgets them. */
 void kinf_shm_index_drop(kinf_shm_store *st, changes *cs);
+/* A new, unpublished bucket for value holding recs[0..n) (n >= 1, sorted by key), in chunks
+ * of at most half CHUNK_MAX; 0 when the segment is full (nothing left allocated). */
+kinf_shm_off kinf_shm_index_bucket_new(kinf_shm_store *st, const kinf_str *value,
+                                       const kinf_shm_off *recs, size_t n);
 
 #endif

@@ -14,3 +14,10 @@ SOAK_SHARED_ROUNDS ?= 50
 .PHONY: soak-shared
 soak-shared: lua54
 	LUA_PATH='lua/?.lua;lua/?/init.lua;;' LUA_CPATH='$(BUILD)/lua5.4/?.so;;' $(LUA) tools/shared_soak.lua $(SOAK_SHARED_OBJECTS) $(SOAK_SHARED_ROUNDS)
+
+# The writer killed at a random step many more times than the default suite does
+# (csrc/test/test_shm_crash.c): `make soak-crash SOAK_CRASH_TRIALS=20000`.
+SOAK_CRASH_TRIALS ?= 20000
+.PHONY: soak-crash
+soak-crash: $(BUILD)/asan/test_shm_crash
+	KINF_CRASH_TRIALS=$(SOAK_CRASH_TRIALS) $(BUILD)/asan/test_shm_crash

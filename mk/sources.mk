@@ -34,6 +34,7 @@ CORE_SRC += csrc/shm_map.c
 CORE_SRC += csrc/shm_log.c
 CORE_SRC += csrc/shm_store.c
 CORE_SRC += csrc/shm_index.c
+CORE_SRC += csrc/shm_recover.c
 
 # The binding: the only files that include lua.h.
 BIND_SRC += csrc/lua_core.c

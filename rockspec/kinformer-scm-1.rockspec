@@ -80,7 +80,7 @@ build = {
         "csrc/credentials.c", "csrc/exec_credential.c", "csrc/exec_credential_json.c",
         "csrc/warning.c",
         "csrc/impersonate.c", "csrc/shm.c", "csrc/shm_map.c", "csrc/shm_log.c",
-        "csrc/shm_store.c", "csrc/shm_index.c",
+        "csrc/shm_store.c", "csrc/shm_index.c", "csrc/shm_recover.c",
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_lazy.c", "csrc/lua_guard.c", "csrc/lua_decode.c",
         "csrc/lua_encode.c",
         "csrc/lua_store.c", "csrc/lua_store_query.c", "csrc/lua_results.c",
