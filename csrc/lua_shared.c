@@ -24,6 +24,7 @@
  * each reader state one on its segment; the mapping goes with the last reference.
  * Threads: the thread that owns the Lua state.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -135,7 +136,9 @@ static int check_root(lua_State *L, int idx, const char *fname)
 /* Pushes the table of the record at v (inside a read section): the one made before for this
  * version of its key, else a new one, which replaces the cached one. Stack: the uservalue at uv.
  * KINF_ENOMEM (nothing pushed) when the record cannot be borrowed; the caller ends its read
- * section before it reports it. */
+ * section before it reports it.
+ * UV_OFFS holds each cached table's record offset, negated once poll handed that table to its
+ * handler (mark_handed): a resync tells from it what the handlers were told. */
 static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_view *v)
 {
     kinf_object *obj;
@@ -148,7 +151,7 @@ static kinf_err push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_vie
     lua_rawgeti(L, uv, UV_OFFS);
     lua_pushvalue(L, key);
     lua_rawget(L, -2);
-    if (lua_tonumber(L, -1) == (lua_Number)v->off) {
+    if (fabs(lua_tonumber(L, -1)) == (lua_Number)v->off) {
         lua_pop(L, 2);
         lua_rawgeti(L, uv, UV_TABLES);
         lua_pushvalue(L, key);
@@ -195,6 +198,24 @@ static void reset_caches(lua_State *L, int uv)
     }
     kl_results_new(L); /* RESULTS: [1] objects, [2] keys: index -> weak value -> array */
     lua_rawseti(L, uv, UV_RESULTS);
+}
+
+/* Records that the handlers were handed the table cached for key at record offset off (when
+ * that is still the cached one). */
+static void mark_handed(lua_State *L, int uv, const char *key, size_t len, kinf_shm_off off)
+{
+    lua_rawgeti(L, uv, UV_OFFS);
+    lua_pushlstring(L, key, len);
+    lua_pushvalue(L, -1);
+    lua_rawget(L, -3);
+    if (lua_tonumber(L, -1) == (lua_Number)off) {
+        lua_pop(L, 1);
+        lua_pushnumber(L, -(lua_Number)off);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+    } else {
+        lua_pop(L, 3);
+    }
 }
 
 /* Forgets key's cached table (its record was replaced or deleted). */
@@ -573,33 +594,61 @@ static void call_handler(lua_State *L, int fn, int kind, int is_initial)
     lua_pop(L, 2);
 }
 
-/* Hands fn the adds of the snapshot not delivered yet (UV_PENDING: the tables and "next", the
- * first one not handed out); returns how many. Each is counted delivered before fn runs, so a
- * handler that raises loses none of the others: they come with the next poll. A handler that
- * closes the reader (s->rs NULL after it) ends the delivery there. */
+/* A snapshot's changes waiting to be handed (UV_PENDING): entries 1..len of the arrays kind,
+ * obj, old (false: none), key, off, and "next", the first not handed yet. */
+enum { PEND_KIND = 1, PEND_OBJ, PEND_OLD, PEND_KEY, PEND_OFF };
+
+/* Hands fn the snapshot's changes not handed yet; returns how many. Each is counted handed
+ * before fn runs, so a handler that raises loses none of the others: they come with the next
+ * poll. A handler that closes the reader (s->rs NULL after it) ends the delivery there. */
 static int deliver_pending(lua_State *L, lshared *s, int uv, int fn)
 {
-    int n = 0, arr, len, next;
+    int n = 0, p, len, next, initial;
     lua_rawgeti(L, uv, UV_PENDING);
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         return 0;
     }
-    arr = lua_gettop(L);
-    lua_getfield(L, arr, "len");
+    p = lua_gettop(L);
+    lua_getfield(L, p, "len");
     len = (int)lua_tointeger(L, -1);
-    lua_getfield(L, arr, "next");
+    lua_getfield(L, p, "next");
     next = (int)lua_tointeger(L, -1);
-    lua_pop(L, 2);
+    lua_getfield(L, p, "initial");
+    initial = lua_toboolean(L, -1);
+    lua_pop(L, 3);
     while (next <= len && s->rs != NULL) {
-        lua_rawgeti(L, arr, next);
-        lua_pushnil(L);
-        lua_pushnil(L);
-        lua_rawseti(L, arr, next); /* the table goes with the handler's use of it */
+        int kind, i = next;
+        lua_rawgeti(L, p, PEND_KIND);
+        lua_rawgeti(L, -1, i);
+        kind = (int)lua_tointeger(L, -1);
+        lua_pop(L, 2);
+        if (kind != EV_DELETE) {
+            size_t klen;
+            const char *key;
+            lua_rawgeti(L, p, PEND_KEY);
+            lua_rawgeti(L, -1, i);
+            key = lua_tolstring(L, -1, &klen);
+            lua_rawgeti(L, p, PEND_OFF);
+            lua_rawgeti(L, -1, i);
+            mark_handed(L, uv, key, klen, (kinf_shm_off)lua_tonumber(L, -1));
+            lua_pop(L, 4);
+        }
+        for (int a = PEND_OBJ; a <= PEND_OLD; a++) { /* obj, old: pushed, and let go here */
+            lua_rawgeti(L, p, a);
+            lua_rawgeti(L, -1, i);
+            lua_pushboolean(L, 0);
+            lua_rawseti(L, -3, i);
+            lua_remove(L, -2);
+        }
+        if (!lua_toboolean(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushnil(L);
+        }
         lua_pushinteger(L, ++next);
-        lua_setfield(L, arr, "next");
+        lua_setfield(L, p, "next");
         n++;
-        call_handler(L, fn, EV_ADD, 1);
+        call_handler(L, fn, kind, initial && kind == EV_ADD);
     }
     if (next > len) {
         lua_pushnil(L);
@@ -609,22 +658,67 @@ static int deliver_pending(lua_State *L, lshared *s, int uv, int fn)
     return n;
 }
 
-/* The snapshot: every record as an add; remembers what the handlers got, for the catch-up.
- * The tables are collected inside one read section and handed to fn after it (deliver_pending).
- * Returns the number delivered, or -1 with the error pushed (nil, msg, code). */
+/* Appends a change to the pending arrays at p. Stack: ..., obj, old (nil: none); pops both. */
+static void pend(lua_State *L, int p, int i, int kind, const char *key, size_t klen, double off)
+{
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 0);
+    }
+    lua_rawgeti(L, p, PEND_OLD);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, i);
+    lua_pop(L, 1);
+    lua_rawgeti(L, p, PEND_OBJ);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, i);
+    lua_pop(L, 1);
+    lua_rawgeti(L, p, PEND_KIND);
+    lua_pushinteger(L, kind);
+    lua_rawseti(L, -2, i);
+    lua_pop(L, 1);
+    lua_rawgeti(L, p, PEND_KEY);
+    if (key != NULL)
+        lua_pushlstring(L, key, klen);
+    else
+        lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, i);
+    lua_pop(L, 1);
+    lua_rawgeti(L, p, PEND_OFF);
+    lua_pushnumber(L, off);
+    lua_rawseti(L, -2, i);
+    lua_pop(L, 1);
+}
+
+/* The snapshot, handed as what changed since what the handlers were told: on the first poll
+ * every object is an add (is_initial true); after the reader fell behind or a new writer took
+ * over, an object the handlers were not handed is an add, one handed in another version an
+ * update (old: the table handed), one handed and gone a delete, and one handed in this version
+ * nothing (client-go's relist: Replace). Remembers what it showed, for the catch-up. The tables
+ * are collected inside one read section and handed to fn after it (deliver_pending). Returns
+ * the number handed, or -1 with the error pushed (nil, msg, code). */
 static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
 {
     kinf_shm_map_iter it;
     kinf_shm_off off, log = kinf_shm_store_log(rs->st);
     kinf_err err = KINF_OK;
-    int n = 0, arr;
+    int n = 0, arr, offs, keys, old_offs, old_tabs, p, np = 0, top = lua_gettop(L);
 
     kl_seen_clear(rs);
     rs->resyncs++;
-    /* Tables cached from before describe what the handlers were told then: start over. */
+    /* What the handlers were told: the caches before this snapshot (offsets negated where
+     * handed). The tables cached from before describe older versions: start over. */
+    lua_rawgeti(L, uv, UV_OFFS);
+    old_offs = lua_gettop(L);
+    lua_rawgeti(L, uv, UV_TABLES);
+    old_tabs = lua_gettop(L);
     reset_caches(L, uv);
     lua_newtable(L);
     arr = lua_gettop(L);
+    lua_newtable(L);
+    offs = lua_gettop(L);
+    lua_newtable(L);
+    keys = lua_gettop(L);
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
     /* The events from here on may or may not be in the snapshot: the writer goes on while it is
      * read. Those up to the head after it (catchup) are checked against what it showed (seen):
@@ -639,6 +733,10 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
         if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
             break;
         lua_rawseti(L, arr, ++n);
+        lua_pushnumber(L, (lua_Number)off);
+        lua_rawseti(L, offs, n);
+        lua_pushlstring(L, v.key, v.key_len);
+        lua_rawseti(L, keys, n);
         key = malloc(v.key_len ? v.key_len : 1);
         if (key != NULL) {
             memcpy(key, v.key, v.key_len);
@@ -656,15 +754,75 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     if (err != KINF_OK) {
         rs->cursor = 0; /* the next poll starts over */
-        lua_pop(L, 1);
+        lua_settop(L, top);
         kl_fail(L, err, NULL);
         return -1;
     }
+    lua_createtable(L, 0, 8);
+    p = lua_gettop(L);
+    for (int a = PEND_KIND; a <= PEND_OFF; a++) {
+        lua_createtable(L, n, 0);
+        lua_rawseti(L, p, a);
+    }
+    /* Each object of the snapshot against what was handed before. */
+    for (int i = 1; i <= n; i++) {
+        size_t klen;
+        const char *key;
+        lua_Number o, was;
+        lua_rawgeti(L, arr, i);
+        lua_rawgeti(L, keys, i);
+        key = lua_tolstring(L, -1, &klen);
+        lua_rawgeti(L, offs, i);
+        o = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_rawget(L, old_offs);
+        was = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        if (was < 0 && -was == o) { /* handed in this version: nothing to tell */
+            mark_handed(L, uv, key, klen, (kinf_shm_off)o);
+            lua_pop(L, 2);
+            continue;
+        }
+        lua_insert(L, -2); /* key, obj */
+        if (was < 0) {
+            lua_pushvalue(L, -2);
+            lua_rawget(L, old_tabs); /* key, obj, old */
+            pend(L, p, ++np, EV_UPDATE, key, klen, o);
+        } else {
+            lua_pushnil(L);
+            pend(L, p, ++np, EV_ADD, key, klen, o);
+        }
+        lua_pop(L, 1); /* the key */
+    }
+    /* Each object handed before and not in the snapshot: gone. */
+    lua_pushnil(L);
+    while (lua_next(L, old_offs) != 0) {
+        lua_Number was = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        if (was >= 0)
+            continue;
+        lua_rawgeti(L, uv, UV_OFFS);
+        lua_pushvalue(L, -2);
+        lua_rawget(L, -2);
+        if (!lua_isnil(L, -1)) {
+            lua_pop(L, 2);
+            continue;
+        }
+        lua_pop(L, 2);
+        lua_pushvalue(L, -1);
+        lua_rawget(L, old_tabs); /* the table handed last */
+        lua_pushnil(L);
+        pend(L, p, ++np, EV_DELETE, NULL, 0, 0);
+    }
+    lua_pushboolean(L, rs->resyncs == 1);
+    lua_setfield(L, p, "initial");
     lua_pushinteger(L, 1);
-    lua_setfield(L, arr, "next");
-    lua_pushinteger(L, n);
-    lua_setfield(L, arr, "len");
+    lua_setfield(L, p, "next");
+    lua_pushinteger(L, np);
+    lua_setfield(L, p, "len");
     lua_rawseti(L, uv, UV_PENDING);
+    lua_settop(L, top);
     return deliver_pending(L, s, uv, fn);
 }
 
@@ -760,6 +918,8 @@ static int poll_protected(lua_State *L)
             rs->cursor--; /* delivered at the next poll */
             return kl_fail(L, err, NULL);
         }
+        if (ev.type != KINF_SHM_DELETED)
+            mark_handed(L, uv, v.key, v.key_len, v.off);
         call_handler(L, fn, ev.type == KINF_SHM_DELETED ? EV_DELETE
                             : ev.type == KINF_SHM_UPDATED && !as_add ? EV_UPDATE : EV_ADD, 0);
         n++;

@@ -26,11 +26,9 @@ assert(proc:mirror(seg, 1))
 local reader = seg:store(1)
 local seen, peak, updates = {}, 0, 0
 local function poll()
-  local r0, events = reader:status().resyncs, {}
-  reader:poll(1e9, function(kind, obj) events[#events + 1] = { kind, obj.metadata.name,
-    obj.metadata.resourceVersion } end)
-  if reader:status().resyncs > r0 then seen = {} end
-  for _, e in ipairs(events) do seen[e[2]] = e[1] ~= 3 and e[3] or nil end
+  reader:poll(1e9, function(kind, obj)
+    seen[obj.metadata.name] = kind ~= 3 and obj.metadata.resourceVersion or nil
+  end)
   -- The tables poll handed out hold their records until Lua collects them.
   if collect then collectgarbage() end
   local used = seg:stats().used
