@@ -27,7 +27,7 @@ typedef struct segref {
     int pid;            /* the process slot, users and holds are of (a forked child: not it) */
     int slot;           /* -1: none */
     long users;         /* reader states of pid on slot */
-    kinf_map holds;     /* record offset (8 bytes) -> the process's count of holds on it */
+    kinf_map holds;     /* record offset -> the process's count of holds, where it is 2 or more */
 } segref;
 
 typedef struct hold {

@@ -5,9 +5,9 @@
  * borrowing of records (contract in lua_shared_impl.h).
  *
  * One slot per process: the segment has 64 (KINF_SHM_READERS), so 64 processes can read it
- * whatever the number of stores. The slot's bit in a record is set once for the process: the
- * holds map counts the reader states that hold each record, and the bit is cleared only when
- * the last one lets go.
+ * whatever the number of stores. The slot's bit in a record is set once for the process and
+ * stands for one hold; the holds map counts the holds of a record held more than once, and the
+ * bit is cleared only when the last one lets go.
  *
  * Fork: a reader state belongs to the process that made it. A forked child that inherited one
  * (and the copy of the slot's bookkeeping) never touches the parent's slot or bits through it:
@@ -135,8 +135,10 @@ int kl_rstate_slot(rstate *rs)
     return rs->slot;
 }
 
-/* The process's hold on the record at off (inside a read section): the bit is set by the first
- * reader state of the process that holds it. */
+/* The process's hold on the record at off (inside a read section). The bit alone stands for
+ * one hold: most records are held by one reader state (the writer's own store holds every
+ * record it wrote), and they cost no allocation. A second hold makes an entry counting them
+ * all (n >= 2); when it drops back to one, the entry goes and the bit stays. */
 static kinf_err process_hold(rstate *rs, uint64_t off)
 {
     segref *s = rs->seg;
@@ -144,25 +146,25 @@ static kinf_err process_hold(rstate *rs, uint64_t off)
     kinf_err err = KINF_OK;
     pthread_mutex_lock(&s->mu);
     h = kinf_map_get(&s->holds, (const char *)&off, sizeof(off));
-    if (h == NULL) {
+    if (h != NULL) {
+        h->n++;
+    } else if (kinf_shm_store_hold(rs->st, rs->slot, off)) { /* held once already */
         h = calloc(1, sizeof(*h));
-        if (h != NULL)
+        if (h != NULL) {
             h->off = off;
+            h->n = 2;
+        }
         if (h == NULL || kinf_map_put(&s->holds, (const char *)&h->off, sizeof(h->off), h)) {
             free(h);
-            err = KINF_ENOMEM;
-            goto out;
+            err = KINF_ENOMEM; /* the bit stays for the hold there was */
         }
-        kinf_shm_store_hold(rs->st, rs->slot, off);
     }
-    h->n++;
-out:
     pthread_mutex_unlock(&s->mu);
     return err;
 }
 
-/* Lets the process's hold on off go; the last one clears the bit. In a forked child, a reader
- * state of the parent's touches nothing shared: the bit is the parent's. */
+/* Lets one of the process's holds on off go; the last one clears the bit. In a forked child, a
+ * reader state of the parent's touches nothing shared: the bit is the parent's. */
 static void process_release(rstate *rs, uint64_t off)
 {
     segref *s = rs->seg;
@@ -171,9 +173,10 @@ static void process_release(rstate *rs, uint64_t off)
         return;
     pthread_mutex_lock(&s->mu);
     h = kinf_map_get(&s->holds, (const char *)&off, sizeof(off));
-    if (h != NULL && --h->n == 0) {
-        kinf_map_remove(&s->holds, (const char *)&h->off, sizeof(h->off));
+    if (h == NULL) {
         kinf_shm_store_release(rs->st, rs->slot, off);
+    } else if (--h->n == 1) {
+        kinf_map_remove(&s->holds, (const char *)&h->off, sizeof(h->off));
         free(h);
     }
     pthread_mutex_unlock(&s->mu);
