@@ -177,6 +177,7 @@ static const luaL_Reg FUNCS[] = {
     {"store", kl_new_store},
     {"shm", kl_new_shm},
     {"shm_named", kl_shm_named},
+    {"shm_flags", kl_shm_flags},
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
     {"processor", kl_new_processor},

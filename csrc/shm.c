@@ -20,9 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define SHM_MAGIC 0x6b696e6673686d31ULL /* "kinfshm1" */
+/* Names the layout of everything a segment holds: a segment can reach another build across a
+ * binary upgrade (kinf_shm_attach_fd), which attaches only a segment with this magic. Change it
+ * with any change of that layout. */
+#define SHM_MAGIC 0x6b696e6673686d32ULL /* "kinfshm2" */
 #define NCLASSES 160
 #define NWORDS ((NCLASSES + 63) / 64)
 #define BLOCK_HEADER 8
@@ -63,6 +67,7 @@ typedef struct shm_header {
     _Atomic uint64_t free_heads[NCLASSES]; /* [writer] block offsets */
     uint64_t nonempty[NWORDS];             /* [writer] bit c: free_heads[c] != 0 */
     shm_reader readers[KINF_SHM_READERS];
+    _Atomic uint64_t flags; /* the users' flags (kinf_shm_set_flags); only ever set */
 } shm_header;
 
 /* A block starts with one word: its size (header included, a multiple of 8) with F_FREE and
@@ -111,42 +116,115 @@ static uint64_t class_size(unsigned c)
 
 /* ---- segment ---- */
 
-kinf_shm *kinf_shm_create(size_t size, kinf_err *err)
+/* size rounded up to pages; 0 when out of bounds. */
+static size_t page_size_of(size_t size)
 {
     long page = sysconf(_SC_PAGESIZE);
-    kinf_shm *shm;
-    shm_header *h;
-    void *base;
-
     if (page <= 0)
         page = 4096;
-    if (size < 65536 || size > (1ull << 40)) {
-        *err = KINF_EINVAL;
-        return NULL;
-    }
-    size = (size + (size_t)page - 1) / (size_t)page * (size_t)page;
-    shm = calloc(1, sizeof(*shm));
+    if (size < 65536 || size > (1ull << 40))
+        return 0;
+    return (size + (size_t)page - 1) / (size_t)page * (size_t)page;
+}
+
+/* The handle of a mapping of size bytes at base; with init, a new segment is set up there.
+ * Unmaps base when out of memory. */
+static kinf_shm *handle_of(void *base, size_t size, int init, kinf_err *err)
+{
+    kinf_shm *shm = calloc(1, sizeof(*shm));
+    shm_header *h = base;
     if (shm == NULL) {
-        *err = KINF_ENOMEM;
-        return NULL;
-    }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-        free(shm);
+        munmap(base, size);
         *err = KINF_ENOMEM;
         return NULL;
     }
     shm->base = base;
     shm->size = size;
-    h = base; /* the kernel gave zeroed pages: every counter, root and slot starts at 0 */
-    h->magic = SHM_MAGIC;
-    h->size = size;
-    h->data = (sizeof(*h) + 63) & ~(uint64_t)63;
-    h->seed = kinf_random_seed();
-    atomic_init(&h->brk, h->data);
-    atomic_init(&h->epoch, 1);
+    if (init) { /* the kernel gave zeroed pages: every counter, root and slot starts at 0 */
+        h->magic = SHM_MAGIC;
+        h->size = size;
+        h->data = (sizeof(*h) + 63) & ~(uint64_t)63;
+        h->seed = kinf_random_seed();
+        atomic_init(&h->brk, h->data);
+        atomic_init(&h->epoch, 1);
+    }
     *err = KINF_OK;
     return shm;
+}
+
+kinf_shm *kinf_shm_create(size_t size, kinf_err *err)
+{
+    void *base;
+
+    size = page_size_of(size);
+    if (size == 0) {
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    return handle_of(base, size, 1, err);
+}
+
+kinf_shm *kinf_shm_create_fd(int fd, size_t size, kinf_err *err)
+{
+    struct stat st;
+    void *base;
+
+    size = page_size_of(size);
+    if (size == 0 || fstat(fd, &st) != 0 || st.st_size != 0) {
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    return handle_of(base, size, 1, err);
+}
+
+kinf_shm *kinf_shm_attach_fd(int fd, kinf_err *err)
+{
+    struct stat st;
+    const shm_header *h;
+    size_t size;
+    void *base;
+
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (size = page_size_of((size_t)st.st_size)) == 0 ||
+        size != (size_t)st.st_size) {
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        *err = KINF_ENOMEM;
+        return NULL;
+    }
+    h = base;
+    if (h->magic != SHM_MAGIC || h->size != size || h->data != ((sizeof(*h) + 63) & ~(uint64_t)63)) {
+        munmap(base, size);
+        *err = KINF_EINVAL;
+        return NULL;
+    }
+    return handle_of(base, size, 0, err);
+}
+
+uint64_t kinf_shm_flags(const kinf_shm *shm)
+{
+    return atomic_load_explicit(&hdr(shm)->flags, memory_order_acquire);
+}
+
+void kinf_shm_set_flags(kinf_shm *shm, uint64_t bits)
+{
+    atomic_fetch_or_explicit(&hdr(shm)->flags, bits, memory_order_release);
 }
 
 void kinf_shm_close(kinf_shm *shm)

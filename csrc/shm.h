@@ -85,6 +85,14 @@ typedef struct kinf_shm kinf_shm;
  * (KINF_ENOMEM or KINF_EINVAL) on failure. The handle is this process's; a forked child uses
  * the same handle (the same address). */
 kinf_shm *kinf_shm_create(size_t size, kinf_err *err);
+/* As kinf_shm_create, in the memory object fd (a memfd: empty, sized here to `size`), so that a
+ * process that gets fd (across exec: fd must not be close-on-exec) can attach the segment. The
+ * caller keeps fd; the mapping does not need it once made. */
+kinf_shm *kinf_shm_create_fd(int fd, size_t size, kinf_err *err);
+/* Maps the segment kinf_shm_create_fd made in fd (this process or another, before or after an
+ * exec): the same memory and content. KINF_EINVAL when fd holds no segment of this build's
+ * layout (its magic, size and header), KINF_ENOMEM when it cannot be mapped. The caller keeps fd. */
+kinf_shm *kinf_shm_attach_fd(int fd, kinf_err *err);
 /* Unmaps the segment in this process and frees the handle. Accepts NULL. */
 void kinf_shm_close(kinf_shm *shm);
 
@@ -95,6 +103,11 @@ size_t kinf_shm_size(const kinf_shm *shm);
 
 /* The segment's hash seed (random, set at creation; the same in every process). */
 uint64_t kinf_shm_seed(const kinf_shm *shm);
+
+/* Flags of the segment's users, in its header: bits are only ever set (atomically, any process);
+ * a new segment has none. */
+uint64_t kinf_shm_flags(const kinf_shm *shm);
+void kinf_shm_set_flags(kinf_shm *shm, uint64_t bits);
 
 /* A root: an atomic word of the header (0 <= i < KINF_SHM_ROOTS) where users keep an offset. */
 _Atomic uint64_t *kinf_shm_root(kinf_shm *shm, int i);

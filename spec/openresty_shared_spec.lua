@@ -218,7 +218,7 @@ describe("kinformer.ngx shared model", function()
         end
       until (new and new ~= old) or now() > deadline
       assert.is_true(new ~= nil and new ~= old, "no new master after USR2")
-      sleep(1) -- both generations serve: the new one from its own segment
+      sleep(1) -- both generations serve the same segment (the new master inherited it)
       dumps(inst)
       assert(os.execute("kill -QUIT " .. old))
       deadline = now() + 10

@@ -33,4 +33,36 @@ describe("core.shm_named", function()
     assert.has_error(function() core.shm_named("spec.small", 4096) end)
     assert.has_error(function() core.shm_named(nil, 65536) end)
   end)
+  it("a program this process executes inherits the segment: the same memory, in a memfd", function()
+    local seg, _, id = core.shm_named("spec.exec", 1048576)
+    assert.equals(1, core.shm_flags(seg, 1) % 2)
+    -- the segment is in a memfd, a file no path leads to, held open across exec
+    local p = io.popen("ls -l /proc/self/fd/ 2>/dev/null")
+    local links = p:read("a")
+    p:close()
+    assert.matches("/memfd:kinformer:spec%.exec %(deleted%)", links)
+    local root = rawget(_G, "KINFORMER_ROOT") or "."
+    local child = ([[
+      package.cpath = %q .. "/build/lua5.4/?.so;" .. package.cpath
+      local core = require "kinformer.core"
+      local seg, reused, id, inherited = core.shm_named("spec.exec", SIZE)
+      core.shm_flags(seg, 2)
+      io.write(tostring(reused), " ", id, " ", tostring(inherited), " ", core.shm_flags(seg))
+    ]]):format(root)
+    local function run(size)
+      local code = child:gsub("SIZE", tostring(size)):gsub("\n", " ")
+      local f = io.popen(("lua5.4 -e %q"):format(code))
+      local out = f:read("a")
+      f:close()
+      return out
+    end
+    -- the same size: attached, with its identity, what this process set and what the child set
+    assert.equals("true " .. id .. " true 3", run(1048576))
+    assert.equals(3, core.shm_flags(seg))
+    -- another size: a new segment (the inherited one is closed in the child)
+    local out = run(2097152)
+    assert.matches("^false %x+ false 2$", out)
+    assert.is_nil(out:find(id, 1, true))
+    assert.equals(3, core.shm_flags(seg))
+  end)
 end)

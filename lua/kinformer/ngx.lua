@@ -94,9 +94,10 @@ end
 -- Maps the segment of the "shared" model: size in bytes, or a string with a k / m / g suffix
 -- ("256m"). Call it from init_by_lua* (the master maps it, the workers it forks share it). A
 -- reload with the same size keeps the segment: the new workers read what the old writer left,
--- and the new writer takes it over once the old one has exited. A reload with another size, or
--- a binary upgrade (a new master), maps a new, empty one. Raises in another phase, on a bad
--- size, or when the memory cannot be mapped.
+-- and the new writer takes it over once the old one has exited. So does a binary upgrade (USR2):
+-- the new master finds the segment among the descriptors it inherited (a memfd; no `env`
+-- directive needed). A reload or an upgrade with another size maps a new, empty one. Raises in
+-- another phase, on a bad size, or when the memory cannot be mapped.
 --   init_by_lua_block { require("kinformer.ngx").shared_memory("256m") }
 function _M.shared_memory(size)
   if get_phase() ~= "init" then
@@ -113,10 +114,14 @@ function _M.shared_memory(size)
     raise(1, "shared_memory", "size must be at least 64k (bytes, or \"256m\"), got " ..
       tostring(size))
   end
-  local seg, reused, id = core.shm_named("kinformer.ngx", math_floor(bytes))
+  local seg, reused, id, inherited = core.shm_named("kinformer.ngx", math_floor(bytes))
   if not seg then fail("kinformer.ngx.shared_memory(): " .. tostring(reused)) end
   S.segment, S.segment_id = seg, id
-  if reused then log("notice", "shared memory kept from the previous configuration") end
+  if inherited then
+    log("notice", "shared memory kept from the previous binary")
+  elseif reused then
+    log("notice", "shared memory kept from the previous configuration")
+  end
   return true
 end
 
@@ -282,19 +287,22 @@ local function informers_synced()
   return true
 end
 
+-- Shared model, a process that reads (the writer's included): synced once the segment has held
+-- a complete list (this writer's, or a previous generation's) and this process had it: its
+-- stores exist, and the ones with handlers were polled (the handlers were told).
+local function reader_synced()
+  if not nshared.segment_synced() then return false end
+  for _, name in ipairs(S.shared_names) do
+    if not nshared.created(name) then return false end
+    if S.handlers[name] and (S.readers[name]:status().cursor or 0) == 0 then return false end
+  end
+  S.synced = true
+  return true
+end
+
 local function check_synced()
   if S.runs then informers_synced() end
-  if S.model == "shared" and S.role ~= "agent" then
-    -- Every process that reads, the writer's included: synced once the segment has held a
-    -- complete list (this writer's, or a previous generation's) and this process had it.
-    if not nshared.segment_synced() then return false end
-    for _, name in ipairs(S.shared_names) do
-      if not nshared.created(name) then return false end
-      if S.handlers[name] and (S.readers[name]:status().cursor or 0) == 0 then return false end
-    end
-    S.synced = true
-    return true
-  end
+  if S.model == "shared" and S.role ~= "agent" then return reader_synced() end
   S.synced = S.informers_synced
   return S.synced
 end
@@ -611,11 +619,17 @@ end
 
 --- kngx.synced() -> whether what this process reads is a complete cache: its informers synced
 -- (worker model); the agent's, through the status dict (agent model, false without one); a
--- writer synced into this segment, and this process polled it (shared model: a flag per segment
--- in the status dict, false without one; it survives a reload that keeps the segment). Cheap,
--- but meant for the rare path (e.g. choosing a 503 message), not for every request.
+-- writer synced into this segment and this process's stores with handlers polled it (shared
+-- model: a flag in the segment, so it survives a reload or a binary upgrade that keeps the
+-- segment; a worker started with such a segment, respawned too, is synced from its first
+-- request, before its timer first ran). Cheap once true; until then each call checks the
+-- segment and the stores.
 function _M.synced()
-  if S.model == "shared" then return S.synced end
+  if S.model == "shared" then
+    if S.synced then return true end
+    if S.started and S.role ~= "agent" and S.shared_names then return reader_synced() end
+    return false
+  end
   if S.runs then return S.informers_synced == true end
   if S.model == "agent" then
     local d = status_dict()

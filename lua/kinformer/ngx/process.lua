@@ -21,7 +21,7 @@ _M.state = {
   agent = nil,            -- "privileged" (an agent process exists) or "worker" (worker 0 runs)
   segment = nil,          -- shared model: the segment, mapped by shared_memory() in the master
   model = nil,            -- "worker" | "agent" | "shared" once start() ran
-  segment_id = nil,       -- shared model: the segment's identity (its synced flag's key)
+  segment_id = nil,       -- shared model: the segment's identity (core.shm_named's id)
   shared_names = {}, readers = {}, handlers = {}, -- shared model: every process's readers
   created = {}, opened = {}, standins = {}, -- per store: it exists; requests read it; stand-in
   started = false, runs = false, stopped = false, synced = false,

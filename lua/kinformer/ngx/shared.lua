@@ -11,15 +11,19 @@
 -- - Every store that has handlers or that this process's requests opened (kngx.store) is polled
 --   by the dispatch timer: a reader's cache of tables forgets replaced and deleted objects only
 --   when it polls, and what it holds the segment cannot reuse.
--- - The synced flag lives in the status dict under a key of the segment's identity, set once by
---   a writer whose informers synced into that segment, and never cleared: it says "this segment
---   has held a complete list", whichever generation of workers reads it. A new segment (a new
---   identity) starts unsynced.
+-- - The synced flag lives in the segment itself (a bit of its flags word, core.shm_flags), set
+--   once by a writer whose informers synced into that segment, and never cleared: it says "this
+--   segment has held a complete list", whichever generation of workers reads it, also a new
+--   binary's (nginx's shared dicts start empty after a binary upgrade; the segment does not). A
+--   new segment starts unsynced.
+local core = require "kinformer.core"
 local nprocess = require "kinformer.ngx.process"
 local argcheck = require "kinformer.argcheck"
 
 local type, pairs, setmetatable, tostring = type, pairs, setmetatable, tostring
-local S, status_dict = nprocess.state, nprocess.status_dict
+local S = nprocess.state
+local shm_flags = core.shm_flags
+local SYNCED = 1 -- the segment's flag: a writer's informers synced into it
 local raise = argcheck.raise
 
 local _M = {}
@@ -103,21 +107,14 @@ function _M.store(name)
   return s
 end
 
---- shared.synced_key() -> the status dict's key of this segment's synced flag
-function _M.synced_key()
-  return "shared/synced/" .. tostring(S.segment_id)
-end
-
 --- shared.segment_synced() -> true once a writer's informers synced into this segment
 function _M.segment_synced()
-  local d = status_dict()
-  return d ~= nil and d:get(_M.synced_key()) == true
+  return S.segment ~= nil and shm_flags(S.segment) % 2 == SYNCED
 end
 
 --- shared.mark_synced(): the writer's informers synced into this segment (never cleared).
 function _M.mark_synced()
-  local d = status_dict()
-  if d then d:set(_M.synced_key(), true) end
+  if S.segment then shm_flags(S.segment, SYNCED) end
 end
 
 return _M
