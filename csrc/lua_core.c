@@ -178,6 +178,7 @@ static const luaL_Reg FUNCS[] = {
     {"shm", kl_new_shm},
     {"shm_named", kl_shm_named},
     {"shm_flags", kl_shm_flags},
+    {"shm_named_private", kl_shm_named_private},
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
     {"processor", kl_new_processor},

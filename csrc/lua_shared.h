@@ -15,6 +15,8 @@
 int kl_new_shm(lua_State *L);
 /* core.shm_named(name, size): lua_shm_named.c */
 int kl_shm_named(lua_State *L);
+/* core.shm_named_private(): lua_shm_named.c */
+int kl_shm_named_private(lua_State *L);
 /* core.shm_flags(seg [, bits]): lua_shm_named.c */
 int kl_shm_flags(lua_State *L);
 void kl_open_shared(lua_State *L);

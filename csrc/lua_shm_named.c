@@ -25,8 +25,10 @@
  *   but every descriptor that is not close-on-exec.
  * - A memfd has no path: only processes that hold the descriptor (or may ptrace one that does,
  *   through /proc/PID/fd) reach the memory, as with an anonymous mapping.
- * - Limits: every program the master and its workers execute inherits the descriptor (and so
- *   may map the segment). Where memfd_create is missing (Linux before 3.17, a seccomp filter)
+ * - Only the master needs the descriptor across exec: core.shm_named_private() makes this
+ *   process's descriptors close-on-exec (kinformer.ngx calls it in every worker), so a program a
+ *   worker runs (io.popen, an exec credential plugin) never inherits the cache. Limits: a
+ *   program the master itself executes, other than a new nginx binary, inherits it. Where memfd_create is missing (Linux before 3.17, a seccomp filter)
  *   the segment is anonymous and a new binary starts with an empty one.
  * - Each segment gets an identity at creation (its hash seed, random, in hex): the same in every
  *   process that shares the memory, also after an exec, different for every new segment.
@@ -267,6 +269,22 @@ int kl_shm_named(lua_State *L)
     lua_pushstring(L, e->id);
     lua_pushboolean(L, inherited);
     return 4;
+}
+
+/* core.shm_named_private(): every segment descriptor of the registry close-on-exec in this
+ * process (a worker: only the master hands them to a new binary). Idempotent. */
+int kl_shm_named_private(lua_State *L)
+{
+    (void)L;
+    for (int i = 0; i < NAMED_MAX; i++) {
+        int fd = registry[i].fd;
+        if (registry[i].seg != NULL && fd >= 0) {
+            int fl = fcntl(fd, F_GETFD);
+            if (fl >= 0)
+                (void)fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+        }
+    }
+    return 0;
 }
 
 /* core.shm_flags(seg [, bits]) -> flags: sets bits (an integer, 0 to 2^53) in the segment's

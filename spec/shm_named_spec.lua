@@ -66,3 +66,24 @@ describe("core.shm_named", function()
     assert.equals(3, core.shm_flags(seg))
   end)
 end)
+
+describe("core.shm_named_private", function()
+  local function children_see(name)
+    local p = io.popen("ls -l /proc/self/fd/ 2>/dev/null")
+    local out = p:read("a")
+    p:close()
+    return out:find("/memfd:kinformer:" .. name, 1, true) ~= nil
+  end
+
+  it("keeps a program this process runs from inheriting the segments", function()
+    core.shm_named("spec.private", 1048576)
+    assert.is_true(children_see("spec.private"))
+    core.shm_named_private()
+    assert.is_false(children_see("spec.private"))
+    assert.is_false(children_see("spec.exec"))
+    -- stdin, stdout and stderr stay as they were
+    local p = io.popen("echo still")
+    assert.equals("still\n", p:read("a"))
+    p:close()
+  end)
+end)

@@ -479,6 +479,9 @@ function _M.start(opts)
   if m == "shared" and not S.segment then
     fail("kinformer.ngx: model \"shared\" needs kinformer.ngx.shared_memory(size) in init_by_lua*")
   end
+  -- Only the master hands the segment's descriptor to a new binary: a program a worker runs
+  -- (io.popen, an exec credential plugin) must not inherit the cache.
+  if m == "shared" then core.shm_named_private() end
   if m == "agent" then
     for _, v in ipairs(view.all) do
       if not shared[v.dict_name] then
