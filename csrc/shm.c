@@ -26,12 +26,12 @@
 #define NCLASSES 160
 #define NWORDS ((NCLASSES + 63) / 64)
 #define BLOCK_HEADER 8
-#define BLOCK_MAGIC 0x6b62u
+#define BLOCK_MAGIC KINF_SHM_BLOCK_MAGIC
 #define MIN_BLOCK 32 /* header, two list links and a footer when free */
-#define F_FREE 1u
+#define F_FREE KINF_SHM_BLOCK_FREE
 #define F_PREV_FREE 2u
 #define F_HELD 4u /* allocated with kinf_shm_alloc_held: a holders word at KINF_SHM_HOLDERS_AT */
-#define SIZE_MASK (((1ull << 48) - 1) & ~(uint64_t)7)
+#define SIZE_MASK KINF_SHM_SIZE_MASK
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared memory needs address-free int atomics");
@@ -142,6 +142,7 @@ kinf_shm *kinf_shm_create(size_t size, kinf_err *err)
     h->magic = SHM_MAGIC;
     h->size = size;
     h->data = (sizeof(*h) + 63) & ~(uint64_t)63;
+    shm->data = h->data;
     h->seed = kinf_random_seed();
     atomic_init(&h->brk, h->data);
     atomic_init(&h->epoch, 1);
@@ -322,17 +323,17 @@ void kinf_shm_release_writer(kinf_shm *shm, int pid)
 
 /* ---- blocks ---- */
 
+/* Header words are atomic (relaxed): readers check them (kinf_shm_span) while the writer
+ * changes a live block's F_PREV_FREE bit. */
 static uint64_t hword(const kinf_shm *shm, uint64_t b)
 {
-    uint64_t w;
-    memcpy(&w, shm->base + b, sizeof(w));
-    return w;
+    return __atomic_load_n((const uint64_t *)(const void *)(shm->base + b), __ATOMIC_RELAXED);
 }
 
 static void set_hword(kinf_shm *shm, uint64_t b, uint64_t size, uint64_t flags)
 {
     uint64_t w = size | flags | ((uint64_t)BLOCK_MAGIC << 48);
-    memcpy(shm->base + b, &w, sizeof(w));
+    __atomic_store_n((uint64_t *)(void *)(shm->base + b), w, __ATOMIC_RELAXED);
 }
 
 static uint64_t bsize(uint64_t w)
@@ -532,7 +533,7 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
     if (b + s == brk) {
         set_hword(shm, b, s, F_FREE);
         atomic_store_explicit(&h->brk, b, memory_order_relaxed); /* back to the untouched end */
-        put_word(shm, b, 0);
+        __atomic_store_n((uint64_t *)(void *)(shm->base + b), 0, __ATOMIC_RELAXED);
         return;
     }
     set_hword(shm, b, s, F_FREE);
