@@ -387,11 +387,12 @@ static void list_remove(kinf_shm *shm, uint64_t b, uint64_t s)
     shm_header *h = hdr(shm);
     unsigned c = list_of(s);
     uint64_t next = get_word(shm, b + 8), prev = get_word(shm, b + 16);
-    if (prev != 0)
+    /* A link a stray write changed is not followed out of the heap (shm.h, Corruption). */
+    if (prev != 0 && prev >= shm->data && prev <= shm->size - MIN_BLOCK)
         put_word(shm, prev + 8, next);
     else
         atomic_store_explicit(&h->free_heads[c], next, memory_order_relaxed);
-    if (next != 0)
+    if (next != 0 && next >= shm->data && next <= shm->size - MIN_BLOCK)
         put_word(shm, next + 16, prev);
     if (atomic_load_explicit(&h->free_heads[c], memory_order_relaxed) == 0)
         h->nonempty[c / 64] &= ~(1ull << (c % 64));
@@ -517,13 +518,16 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
     brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
     /* Merge with the free neighbours: one header store makes each merge, so the heap parses
      * at every step. */
-    if (b + s < brk && (hword(shm, b + s) & F_FREE)) {
+    if (s > brk - b)
+        return; /* a size a stray write changed: leaked rather than followed */
+    if (b + s < brk && (hword(shm, b + s) & F_FREE) && bsize(hword(shm, b + s)) <= brk - b - s) {
         uint64_t ns = bsize(hword(shm, b + s));
         list_remove(shm, b + s, ns);
         s += ns;
         set_hword(shm, b, s, w & F_PREV_FREE);
     }
-    if (w & F_PREV_FREE) {
+    if ((w & F_PREV_FREE) && get_word(shm, b - 8) <= b - h->data &&
+        get_word(shm, b - 8) >= MIN_BLOCK && (get_word(shm, b - 8) & 7) == 0) {
         uint64_t ps = get_word(shm, b - 8);
         list_remove(shm, b - ps, ps);
         b -= ps;

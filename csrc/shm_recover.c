@@ -274,7 +274,9 @@ kinf_err kinf_shm_store_recover(kinf_shm *shm, kinf_shm_recovery *out)
     out->stores = n;
     if (e == KINF_OK)
         e = sweep(shm, sts, n, out);
-    for (size_t i = 0; i < n; i++) {
+    /* A corrupt store is left as it is: rebuilding would allocate from, and free into, a heap
+     * whose words cannot be trusted. */
+    for (size_t i = 0; i < n && e != KINF_ECORRUPT; i++) {
         for (uint64_t ix = 0; ix < sts[i]->nindexes; ix++) {
             if ((e2 = repair_index(sts[i], (int)ix, &out->buckets_fixed)) != KINF_OK && e == KINF_OK)
                 e = e2;
