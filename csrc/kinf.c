@@ -26,6 +26,7 @@ const char *kinf_strerror(kinf_err err)
     case KINF_EPARSE:    return "malformed input";
     case KINF_ETOOBIG:   return "input too large";
     case KINF_EIO:       return "i/o error";
+    case KINF_ECORRUPT:  return "the shared memory is corrupt";
     }
     return "unknown error";
 }
@@ -46,6 +47,7 @@ const char *kinf_errname(kinf_err err)
     case KINF_EPARSE:    return "EPARSE";
     case KINF_ETOOBIG:   return "ETOOBIG";
     case KINF_EIO:       return "EIO";
+    case KINF_ECORRUPT:  return "ECORRUPT";
     }
     return "EUNKNOWN";
 }

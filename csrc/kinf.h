@@ -27,7 +27,8 @@ typedef enum kinf_err {
     KINF_EINDEX,     /* an index function failed; the write itself went through */
     KINF_EPARSE,     /* malformed input (JSON) */
     KINF_ETOOBIG,    /* input over a configured size limit */
-    KINF_EIO         /* transport failure */
+    KINF_EIO,        /* transport failure */
+    KINF_ECORRUPT    /* shared memory that does not hold what its writer wrote (a stray write) */
 } kinf_err;
 
 const char *kinf_strerror(kinf_err err);

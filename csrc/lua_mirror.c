@@ -257,7 +257,7 @@ static kinf_object *borrow_local(kl_mirror *m, const kinf_object *obj, kinf_obje
     if (m->rs == NULL || (obj->flags & KINF_OBJ_BORROWED) || m->rs->pid != kl_self_pid())
         return NULL;
     kinf_shm_read_begin(shm, m->rs->slot);
-    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v)) {
+    if (kinf_shm_store_get(m->rs->st, obj->key, obj->key_len, &v) == 1) {
         if (prev != NULL && (prev->flags & KINF_OBJ_BORROWED) && prev->json == v.json)
             b = kinf_object_ref(prev); /* the write changed nothing: prev is the record */
         else

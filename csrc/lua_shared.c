@@ -262,6 +262,29 @@ static int need_slot(lua_State *L, rstate *rs)
     return -1;
 }
 
+#define CORRUPT_MSG "kinformer: shared store: the shared memory is corrupt (a word of the segment " \
+                    "does not hold what the writer wrote: a stray write of some process); " \
+                    "recreate the segment (restart nginx)"
+
+/* Returns nil, msg, code for err; a corrupt segment is also logged, once per reader (error). */
+static int fail(lua_State *L, rstate *rs, kinf_err err)
+{
+    if (err != KINF_ECORRUPT)
+        return kl_fail(L, err, NULL);
+    if (!rs->corrupt_logged) {
+        kl_log(L, "error", CORRUPT_MSG);
+        rs->corrupt_logged = 1;
+    }
+    return kl_fail(L, KINF_ECORRUPT, CORRUPT_MSG);
+}
+
+/* What a read presizes a table for: a count read from the segment is checked, but a corrupt
+ * one may still be large. */
+static int presize(uint64_t n)
+{
+    return n < 1024 ? (int)n : 1024;
+}
+
 #define NO_SLOT_MSG "kinformer: shared store: no free reader slot (every one of the segment's " \
                     "64 is another process's)"
 
@@ -269,11 +292,15 @@ static int need_slot(lua_State *L, rstate *rs)
  * return nil, "not created yet", "ENOTFOUND"). */
 static kinf_shm_store *attached(rstate *rs)
 {
-    kinf_err err;
     if (rs->st == NULL)
-        rs->st = kinf_shm_store_attach(rs->seg->shm, rs->root, &err);
+        rs->st = kinf_shm_store_attach(rs->seg->shm, rs->root, &rs->attach_err);
     return rs->st;
 }
+
+#define NOT_ATTACHED(L, rs)                                                              \
+    ((rs)->attach_err == KINF_ECORRUPT                                                   \
+         ? fail(L, rs, KINF_ECORRUPT)                                                    \
+         : kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"))
 
 #define READER_PROLOGUE()                                                            \
     lshared *s_ = check_shared(L);                                                   \
@@ -283,7 +310,7 @@ static kinf_shm_store *attached(rstate *rs)
     if (need_slot(L, rs) < 0)                                                        \
         return kl_fail(L, KINF_EBUSY, NO_SLOT_MSG);                                  \
     if ((st = attached(rs)) == NULL)                                                 \
-        return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"); \
+        return NOT_ATTACHED(L, rs);                                                  \
     kl_getuservalue(L, 1);                                                           \
     uv = lua_gettop(L)
 
@@ -324,10 +351,10 @@ static int sh_get_by_key(lua_State *L)
     found = kinf_shm_store_get(st, key, len, &v);
     /* Only a memory error of Lua can raise inside a section: it stays open until this
      * process's next read, which only holds reclamation back meanwhile. */
-    err = found ? push_record(L, rs, uv, &v) : KINF_OK;
+    err = found > 0 ? push_record(L, rs, uv, &v) : found < 0 ? KINF_ECORRUPT : KINF_OK;
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     if (err != KINF_OK)
-        return kl_fail(L, err, NULL);
+        return fail(L, rs, err);
     if (!found) {
         forget(L, uv, key, len);
         lua_pushnil(L);
@@ -352,10 +379,13 @@ static int sh_get_by_key(lua_State *L)
 static kinf_err push_records(lua_State *L, rstate *rs, int uv, kinf_shm_bucket *b, int keys_only)
 {
     kinf_shm_off off;
-    lua_createtable(L, (int)b->n, 0);
+    lua_createtable(L, presize(b->n), 0);
     for (size_t i = 0; (off = kinf_shm_bucket_next(b)) != 0; i++) {
         kinf_shm_view v;
-        kinf_shm_store_view(rs->st, off, &v);
+        if (kinf_shm_store_view(rs->st, off, &v) != KINF_OK) {
+            lua_pop(L, 1);
+            return KINF_ECORRUPT;
+        }
         if (keys_only) {
             lua_pushlstring(L, v.key, v.key_len);
         } else {
@@ -366,6 +396,10 @@ static kinf_err push_records(lua_State *L, rstate *rs, int uv, kinf_shm_bucket *
             }
         }
         lua_rawseti(L, -2, (int)i + 1);
+    }
+    if (b->corrupt) {
+        lua_pop(L, 1);
+        return KINF_ECORRUPT;
     }
     return KINF_OK;
 }
@@ -406,7 +440,10 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     if (kl_results_valid(L, writes, 0, 0))
         return 1; /* nothing written since it was built */
     kinf_shm_read_begin(rs->seg->shm, rs->slot);
-    kinf_shm_store_by_index(st, ix, value, len, &b);
+    if (kinf_shm_store_by_index(st, ix, value, len, &b) != KINF_OK) {
+        kinf_shm_read_end(rs->seg->shm, rs->slot);
+        return fail(L, rs, KINF_ECORRUPT);
+    }
     if (kl_results_valid(L, writes, 1, b.version)) {
         kinf_shm_read_end(rs->seg->shm, rs->slot);
         return 1;
@@ -415,7 +452,7 @@ static int by_index_common(lua_State *L, const char *fname, int keys_only)
     err = push_records(L, rs, uv, &b, keys_only);
     kinf_shm_read_end(rs->seg->shm, rs->slot);
     if (err != KINF_OK)
-        return kl_fail(L, err, NULL);
+        return fail(L, rs, err);
     kl_results_seal(L, writes, b.version);
     lua_pushvalue(L, 3);
     lua_pushvalue(L, -2);
@@ -441,7 +478,7 @@ static int shared_has_index(void *ud, const char *name)
 /* Whether the record at v passes list's options: namespace, index values (ixs: the matches'
  * index numbers) and selector. */
 static int passes(kinf_shm_store *st, const kinf_shm_view *v, const kinf_store_query *q,
-                  const int *ixs, const kinf_labelselector *sel)
+                  const int *ixs, const kinf_labelselector *sel, kinf_err *err)
 {
     if (q->namespace_.len != 0 && (v->namespace_.len != q->namespace_.len ||
                                    memcmp(v->namespace_.ptr, q->namespace_.ptr, v->namespace_.len)))
@@ -450,6 +487,10 @@ static int passes(kinf_shm_store *st, const kinf_shm_view *v, const kinf_store_q
         kinf_str vals[64];
         size_t n = kinf_shm_store_values(st, v->off, ixs[i], vals, 64);
         int has = 0;
+        if (n == KINF_SHM_STORE_CORRUPT) {
+            *err = KINF_ECORRUPT;
+            return 0;
+        }
         for (size_t j = 0; j < n && j < 64 && !has; j++)
             has = vals[j].len == q->matches[i].value.len &&
                   memcmp(vals[j].ptr, q->matches[i].value.ptr, vals[j].len) == 0;
@@ -489,7 +530,7 @@ static int list_common(lua_State *L, int keys_only)
     if (need_slot(L, rs) < 0)
         return kl_fail(L, KINF_EBUSY, NO_SLOT_MSG);
     if (st == NULL)
-        return kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet");
+        return NOT_ATTACHED(L, rs);
     /* Read raw: no Lua code runs that could close the reader and free rs. */
     if (kl_check_list_args(L, fname))
         kl_read_list_options(L, fname, shared_has_index, st, &q, &selector, &selector_len);
@@ -511,22 +552,27 @@ static int list_common(lua_State *L, int keys_only)
         const kinf_str *value = i < q.nmatches ? &q.matches[i].value : &q.namespace_;
         if (ix < 0 || value->len == 0)
             continue;
-        kinf_shm_store_by_index(st, ix, value->ptr, value->len, &b);
+        if (kinf_shm_store_by_index(st, ix, value->ptr, value->len, &b) != KINF_OK)
+            err = KINF_ECORRUPT;
         if (all || b.n < cand.n) {
             cand = b;
             all = 0;
         }
     }
-    lua_createtable(L, all ? (int)kinf_shm_store_len(st) : (int)cand.n, 0);
+    lua_createtable(L, presize(all ? kinf_shm_store_len(st) : cand.n), 0);
     if (all)
         kinf_shm_store_iter(st, -1, &it);
     while (err == KINF_OK) {
         kinf_shm_off off = all ? kinf_shm_map_next(rs->seg->shm, &it) : kinf_shm_bucket_next(&cand);
         kinf_shm_view v;
-        if (off == 0)
+        if (off == 0) {
+            if (all ? it.corrupt : cand.corrupt)
+                err = KINF_ECORRUPT;
             break;
-        kinf_shm_store_view(st, off, &v);
-        if (!passes(st, &v, &q, ixs, sel))
+        }
+        if ((err = kinf_shm_store_view(st, off, &v)) != KINF_OK)
+            break;
+        if (!passes(st, &v, &q, ixs, sel, &err))
             continue;
         if (keys_only)
             lua_pushlstring(L, v.key, v.key_len);
@@ -535,7 +581,7 @@ static int list_common(lua_State *L, int keys_only)
         lua_rawseti(L, -2, ++n);
     }
     kinf_shm_read_end(rs->seg->shm, rs->slot);
-    return err == KINF_OK ? 1 : kl_fail(L, err, NULL);
+    return err == KINF_OK ? 1 : fail(L, rs, err);
 }
 
 static int sh_list(lua_State *L)
@@ -567,7 +613,7 @@ static int sh_list_index_func_values(lua_State *L)
         lua_rawseti(L, -2, ++n);
     }
     kinf_shm_read_end(rs->seg->shm, rs->slot);
-    return 1;
+    return it.corrupt ? fail(L, rs, KINF_ECORRUPT) : 1;
 }
 
 static int sh_len(lua_State *L)
@@ -729,8 +775,8 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
     while ((off = kinf_shm_map_next(rs->seg->shm, &it)) != 0) {
         kinf_shm_view v;
         char *key;
-        kinf_shm_store_view(rs->st, off, &v);
-        if ((err = push_record(L, rs, uv, &v)) != KINF_OK)
+        if ((err = kinf_shm_store_view(rs->st, off, &v)) != KINF_OK ||
+            (err = push_record(L, rs, uv, &v)) != KINF_OK)
             break;
         lua_rawseti(L, arr, ++n);
         lua_pushnumber(L, (lua_Number)off);
@@ -746,6 +792,8 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
         if (v.seq >= rs->catchup)
             rs->catchup = v.seq + 1;
     }
+    if (err == KINF_OK && (it.corrupt || kinf_shm_log_cap(rs->seg->shm, log) == 0))
+        err = KINF_ECORRUPT;
     if (err == KINF_OK) {
         uint64_t after = kinf_shm_log_head(rs->seg->shm, log);
         if (after > rs->catchup)
@@ -755,7 +803,7 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
     if (err != KINF_OK) {
         rs->cursor = 0; /* the next poll starts over */
         lua_settop(L, top);
-        kl_fail(L, err, NULL);
+        fail(L, rs, err);
         return -1;
     }
     lua_createtable(L, 0, 8);
@@ -858,10 +906,17 @@ static int poll_protected(lua_State *L)
         r = kinf_shm_log_read(rs->seg->shm, log, rs->cursor, &ev);
         if (r == KINF_SHM_LOG_EVENT && ev.type == KINF_SHM_RESYNCED)
             r = KINF_SHM_LOG_BEHIND; /* a new writer took over: start over from the content */
+        if (r == KINF_SHM_LOG_EVENT && kinf_shm_store_view(st, ev.obj, &v) != KINF_OK)
+            r = KINF_SHM_LOG_CORRUPT;
+        if (r == KINF_SHM_LOG_EVENT && ev.type == KINF_SHM_UPDATED && ev.old != 0 &&
+            kinf_shm_store_view(st, ev.old, &old) != KINF_OK)
+            r = KINF_SHM_LOG_CORRUPT;
         if (r != KINF_SHM_LOG_EVENT) {
             kinf_shm_read_end(rs->seg->shm, rs->slot);
             if (r == KINF_SHM_LOG_NONE)
                 break;
+            if (r == KINF_SHM_LOG_CORRUPT)
+                return fail(L, rs, KINF_ECORRUPT); /* the cursor stays: read again next time */
             got = resync(L, s_, rs, uv, fn); /* fell behind: start over */
             if (got < 0)
                 return 3;
@@ -870,7 +925,6 @@ static int poll_protected(lua_State *L)
         }
         rs->cursor++;
         rs->events++;
-        kinf_shm_store_view(st, ev.obj, &v);
         if (ev.seq < rs->catchup) {
             /* Within the snapshot's span: only what the handlers have not seen. */
             uintptr_t had = (uintptr_t)kinf_map_get(&rs->seen, v.key, v.key_len);
@@ -899,7 +953,6 @@ static int poll_protected(lua_State *L)
             continue;
         }
         if (ev.type == KINF_SHM_UPDATED && ev.old != 0 && !as_add) {
-            kinf_shm_store_view(st, ev.old, &old);
             err = push_record(L, rs, uv, &old); /* the table handed out before, if any */
             if (err == KINF_OK) {
                 forget(L, uv, v.key, v.key_len);
@@ -916,7 +969,7 @@ static int poll_protected(lua_State *L)
         kinf_shm_read_end(rs->seg->shm, rs->slot);
         if (err != KINF_OK) {
             rs->cursor--; /* delivered at the next poll */
-            return kl_fail(L, err, NULL);
+            return fail(L, rs, err);
         }
         if (ev.type != KINF_SHM_DELETED)
             mark_handed(L, uv, v.key, v.key_len, v.off);

@@ -45,6 +45,8 @@ typedef struct rstate {
     int pid;            /* the process that opened it: the only one that may use it */
     int slot;           /* this process's reader slot, -1 when none could be had (yet) */
     int slot_logged;    /* running out of slots was logged */
+    int corrupt_logged; /* a corrupt segment was logged (once per reader) */
+    kinf_err attach_err; /* why st is still NULL: KINF_ENOTFOUND, or KINF_ECORRUPT */
     kinf_map holds;     /* record offset (8 bytes) -> hold */
     uint64_t cursor;    /* the next log seq to deliver; 0: never polled */
     uint64_t catchup;   /* after a snapshot: events up to this seq may repeat it */

@@ -30,12 +30,12 @@
 #define NCLASSES 160
 #define NWORDS ((NCLASSES + 63) / 64)
 #define BLOCK_HEADER 8
-#define BLOCK_MAGIC 0x6b62u
+#define BLOCK_MAGIC KINF_SHM_BLOCK_MAGIC
 #define MIN_BLOCK 32 /* header, two list links and a footer when free */
-#define F_FREE 1u
+#define F_FREE KINF_SHM_BLOCK_FREE
 #define F_PREV_FREE 2u
 #define F_HELD 4u /* allocated with kinf_shm_alloc_held: a holders word at KINF_SHM_HOLDERS_AT */
-#define SIZE_MASK (((1ull << 48) - 1) & ~(uint64_t)7)
+#define SIZE_MASK KINF_SHM_SIZE_MASK
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared memory needs address-free 64-bit atomics");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "shared memory needs address-free int atomics");
@@ -140,10 +140,13 @@ static kinf_shm *handle_of(void *base, size_t size, int init, kinf_err *err)
     }
     shm->base = base;
     shm->size = size;
+    /* The data's start, in this process's memory: a stray write to the header cannot move it
+     * (an attached segment's header was checked to say the same). */
+    shm->data = (sizeof(*h) + 63) & ~(uint64_t)63;
     if (init) { /* the kernel gave zeroed pages: every counter, root and slot starts at 0 */
         h->magic = SHM_MAGIC;
         h->size = size;
-        h->data = (sizeof(*h) + 63) & ~(uint64_t)63;
+        h->data = shm->data;
         h->seed = kinf_random_seed();
         atomic_init(&h->brk, h->data);
         atomic_init(&h->epoch, 1);
@@ -400,17 +403,17 @@ void kinf_shm_release_writer(kinf_shm *shm, int pid)
 
 /* ---- blocks ---- */
 
+/* Header words are atomic (relaxed): readers check them (kinf_shm_span) while the writer
+ * changes a live block's F_PREV_FREE bit. */
 static uint64_t hword(const kinf_shm *shm, uint64_t b)
 {
-    uint64_t w;
-    memcpy(&w, shm->base + b, sizeof(w));
-    return w;
+    return __atomic_load_n((const uint64_t *)(const void *)(shm->base + b), __ATOMIC_RELAXED);
 }
 
 static void set_hword(kinf_shm *shm, uint64_t b, uint64_t size, uint64_t flags)
 {
     uint64_t w = size | flags | ((uint64_t)BLOCK_MAGIC << 48);
-    memcpy(shm->base + b, &w, sizeof(w));
+    __atomic_store_n((uint64_t *)(void *)(shm->base + b), w, __ATOMIC_RELAXED);
 }
 
 static uint64_t bsize(uint64_t w)
@@ -464,11 +467,12 @@ static void list_remove(kinf_shm *shm, uint64_t b, uint64_t s)
     shm_header *h = hdr(shm);
     unsigned c = list_of(s);
     uint64_t next = get_word(shm, b + 8), prev = get_word(shm, b + 16);
-    if (prev != 0)
+    /* A link a stray write changed is not followed out of the heap (shm.h, Corruption). */
+    if (prev != 0 && prev >= shm->data && prev <= shm->size - MIN_BLOCK)
         put_word(shm, prev + 8, next);
     else
         atomic_store_explicit(&h->free_heads[c], next, memory_order_relaxed);
-    if (next != 0)
+    if (next != 0 && next >= shm->data && next <= shm->size - MIN_BLOCK)
         put_word(shm, next + 16, prev);
     if (atomic_load_explicit(&h->free_heads[c], memory_order_relaxed) == 0)
         h->nonempty[c / 64] &= ~(1ull << (c % 64));
@@ -594,13 +598,16 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
     brk = atomic_load_explicit(&h->brk, memory_order_relaxed);
     /* Merge with the free neighbours: one header store makes each merge, so the heap parses
      * at every step. */
-    if (b + s < brk && (hword(shm, b + s) & F_FREE)) {
+    if (s > brk - b)
+        return; /* a size a stray write changed: leaked rather than followed */
+    if (b + s < brk && (hword(shm, b + s) & F_FREE) && bsize(hword(shm, b + s)) <= brk - b - s) {
         uint64_t ns = bsize(hword(shm, b + s));
         list_remove(shm, b + s, ns);
         s += ns;
         set_hword(shm, b, s, w & F_PREV_FREE);
     }
-    if (w & F_PREV_FREE) {
+    if ((w & F_PREV_FREE) && get_word(shm, b - 8) <= b - h->data &&
+        get_word(shm, b - 8) >= MIN_BLOCK && (get_word(shm, b - 8) & 7) == 0) {
         uint64_t ps = get_word(shm, b - 8);
         list_remove(shm, b - ps, ps);
         b -= ps;
@@ -610,7 +617,7 @@ void kinf_shm_free(kinf_shm *shm, kinf_shm_off off)
     if (b + s == brk) {
         set_hword(shm, b, s, F_FREE);
         atomic_store_explicit(&h->brk, b, memory_order_relaxed); /* back to the untouched end */
-        put_word(shm, b, 0);
+        __atomic_store_n((uint64_t *)(void *)(shm->base + b), 0, __ATOMIC_RELAXED);
         return;
     }
     set_hword(shm, b, s, F_FREE);

@@ -63,6 +63,16 @@
  * reports it and keeps its last consistent content. Every header change is one 8-byte store in
  * an order that keeps the heap walkable, and a writer that takes over from a dead one rebuilds
  * the free lists from the headers (its predecessor may have died inside a list update).
+ *
+ * Corruption: every process maps the whole segment writable, so a stray write of any of them
+ * (a bug, a bad pointer of a module in an nginx worker) can change any word. Whoever reads an
+ * offset or a length from the segment checks it before use (kinf_shm_span: an allocated block
+ * of this segment, and what is read of it inside it; counts within what the block can hold;
+ * loops bounded by what they walk), and reports a failed check as KINF_ECORRUPT, never reading
+ * outside the segment. The checks see structure, not content: a changed byte of a string or a
+ * plausible offset of another block of the right kind reads as data. Readers cannot map the
+ * segment read-only: besides their reader slot they write the holders word of the records
+ * they keep (kinf_shm_store_hold).
  */
 #ifndef KINF_SHM_H
 #define KINF_SHM_H
@@ -226,6 +236,7 @@ struct shm_hook {
 struct kinf_shm {
     unsigned char *base; /* where this process maps the segment */
     size_t size;
+    size_t data; /* where blocks start: process memory, so a stray write cannot move it */
     struct shm_retired *retired; /* [writer] blocks waiting for readers to move on */
     size_t nretired, cap_retired;
     struct shm_hook hooks[16]; /* [writer] dead-reader hooks */
@@ -235,6 +246,31 @@ struct kinf_shm {
 static inline void *kinf_shm_ptr(const kinf_shm *shm, kinf_shm_off off)
 {
     return shm->base + off;
+}
+
+/* A block's header word (shm.c): its size (header included) in bits 3..47, F_FREE in bit 0, the
+ * magic in the top 16 bits. Shared here for kinf_shm_span. */
+#define KINF_SHM_BLOCK_MAGIC 0x6b62u
+#define KINF_SHM_BLOCK_FREE 1u
+#define KINF_SHM_SIZE_MASK (((1ull << 48) - 1) & ~(uint64_t)7)
+
+/* The bytes usable at off (the block's size less its header) when off is an allocated block of
+ * this segment: 8-aligned, its header parses (the magic, not free, at least 32 bytes) and the
+ * block ends inside the segment; 0 otherwise (0 is never a block). What a reader checks an
+ * offset it loaded from the segment with before it reads there: a load, a mask and a few
+ * compares. The header is loaded once, atomically (the writer changes its flag bits while
+ * readers read). It cannot tell a stale block of the same kind from the right one. */
+static inline uint64_t kinf_shm_span(const kinf_shm *shm, kinf_shm_off off)
+{
+    uint64_t w, s;
+    if ((off & 7) != 0 || off < shm->data + 8 || off > shm->size)
+        return 0;
+    w = __atomic_load_n((const uint64_t *)(const void *)(shm->base + off - 8), __ATOMIC_RELAXED);
+    s = w & KINF_SHM_SIZE_MASK;
+    if ((w >> 48) != KINF_SHM_BLOCK_MAGIC || (w & KINF_SHM_BLOCK_FREE) || s < 32 ||
+        s - 8 > shm->size - off)
+        return 0;
+    return s - 8;
 }
 
 #endif

@@ -11,6 +11,8 @@
 static int rec_cmp(const kinf_shm_store *st, kinf_shm_off rec, const char *key, size_t len)
 {
     const shm_record *r = REC(st, rec);
+    if (!kinf_shm_entry_ok(st->shm, rec))
+        return -1; /* a stray offset sorts first and is never read (shm.h, Corruption) */
     return key_cmp(rec_key(r), r->h.key_len, key, len);
 }
 
@@ -160,6 +162,17 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
     return KINF_OK;
 }
 
+/* Whether every chunk of b checks, so that bucket_with can read them. */
+static int chunks_ok(const kinf_shm_store *st, const shm_bucket *b)
+{
+    uint64_t n;
+    for (uint64_t i = 0; i < b->nchunks; i++) {
+        if (chunk_checked(st, b->chunks[i], &n) == NULL)
+            return 0;
+    }
+    return b->nchunks > 0;
+}
+
 static int has_value(const kinf_str *vals, size_t n, const kinf_str *v)
 {
     for (size_t i = 0; i < n; i++) {
@@ -201,10 +214,14 @@ kinf_err kinf_shm_index_prepare(kinf_shm_store *st, const char *key, size_t key_
     kinf_str ov[64], nv[64];
     kinf_err e = KINF_OK;
 
-    for (size_t ix = 0; ix < h->nindexes && e == KINF_OK; ix++) {
+    for (size_t ix = 0; ix < st->nindexes && e == KINF_OK; ix++) {
         size_t on = old_rec ? kinf_shm_store_values(st, old_rec, (int)ix, ov, 64) : 0;
         size_t nn = new_rec ? kinf_shm_store_values(st, new_rec, (int)ix, nv, 64) : 0;
         size_t added = 0;
+        if (on == KINF_SHM_STORE_CORRUPT || nn == KINF_SHM_STORE_CORRUPT) {
+            e = KINF_ECORRUPT;
+            break;
+        }
         if (on > 64 || nn > 64) {
             e = KINF_ETOOBIG; /* more than 64 values of one index for one object */
             break;
@@ -213,13 +230,18 @@ kinf_err kinf_shm_index_prepare(kinf_shm_store *st, const char *key, size_t key_
             int removal = i < on;
             const kinf_str *v = removal ? &ov[i] : &nv[i - on];
             kinf_shm_off b;
+            const shm_bucket *old = NULL;
             change c;
             if (removal ? has_value(nv, nn, v) || has_value(ov, i, v) : has_value(nv, i - on, v))
                 continue;
-            b = kinf_shm_map_get(st->shm, &h->ix[ix].buckets, v->ptr, v->len);
+            if (kinf_shm_map_find(st->shm, &h->ix[ix].buckets, v->ptr, v->len, &b) != KINF_OK ||
+                (b != 0 && (old = bucket_checked(st, b)) == NULL) ||
+                (old != NULL && !chunks_ok(st, old))) {
+                e = KINF_ECORRUPT;
+                break;
+            }
             added += !removal && b == 0;
-            e = bucket_with(st, b ? BKT(st, b) : NULL, v, key, key_len, removal ? 0 : new_rec,
-                            &c);
+            e = bucket_with(st, old, v, key, key_len, removal ? 0 : new_rec, &c);
             if (e == KINF_OK && (e = changes_add(cs, (int)ix, v, &c)) != KINF_OK)
                 change_free(st, &c);
         }

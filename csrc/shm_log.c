@@ -34,6 +34,20 @@ static shm_log *log_at(const kinf_shm *shm, kinf_shm_off off)
     return kinf_shm_ptr(shm, off);
 }
 
+/* The log at off when it checks (a block holding a power-of-two number of slots), else NULL;
+ * *cap gets its capacity, loaded once. Every function here goes through it: the log's offset
+ * and capacity are segment words a stray write may have changed (shm.h, Corruption). */
+static shm_log *log_checked(const kinf_shm *shm, kinf_shm_off off, uint64_t *cap)
+{
+    uint64_t span = kinf_shm_span(shm, off);
+    if (span < sizeof(shm_log))
+        return NULL;
+    *cap = log_at(shm, off)->cap;
+    if (*cap == 0 || (*cap & (*cap - 1)) != 0 || *cap > (span - sizeof(shm_log)) / sizeof(shm_slot))
+        return NULL;
+    return log_at(shm, off);
+}
+
 kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap)
 {
     kinf_shm_off off;
@@ -62,9 +76,14 @@ kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap)
 uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kinf_shm_off obj,
                              kinf_shm_off old)
 {
-    shm_log *l = log_at(shm, log);
-    uint64_t seq = atomic_load_explicit(&l->head, memory_order_relaxed);
-    shm_slot *s = &l->slots[seq & (l->cap - 1)];
+    uint64_t cap;
+    shm_log *l = log_checked(shm, log, &cap);
+    uint64_t seq;
+    shm_slot *s;
+    if (l == NULL)
+        return 0; /* nothing logged: readers of this log find it corrupt */
+    seq = atomic_load_explicit(&l->head, memory_order_relaxed);
+    s = &l->slots[seq & (cap - 1)];
 
     atomic_store_explicit(&s->stamp, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release); /* the invalid stamp before any new field */
@@ -80,27 +99,33 @@ uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kin
 
 uint64_t kinf_shm_log_head(const kinf_shm *shm, kinf_shm_off log)
 {
-    return atomic_load_explicit(&log_at(shm, log)->head, memory_order_acquire);
+    uint64_t cap;
+    shm_log *l = log_checked(shm, log, &cap);
+    return l ? atomic_load_explicit(&l->head, memory_order_acquire) : 0;
 }
 
 uint64_t kinf_shm_log_cap(const kinf_shm *shm, kinf_shm_off log)
 {
-    return log_at(shm, log)->cap;
+    uint64_t cap;
+    return log_checked(shm, log, &cap) ? cap : 0;
 }
 
 kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log, uint64_t seq,
                                            kinf_shm_event *out)
 {
-    shm_log *l = log_at(shm, log);
-    uint64_t head = atomic_load_explicit(&l->head, memory_order_acquire), before, after;
+    uint64_t cap, head, before, after;
+    shm_log *l = log_checked(shm, log, &cap);
     shm_slot *s;
 
+    if (l == NULL)
+        return KINF_SHM_LOG_CORRUPT;
+    head = atomic_load_explicit(&l->head, memory_order_acquire);
     if (seq >= head)
         return KINF_SHM_LOG_NONE;
-    if (seq == 0 || head - seq > l->cap ||
+    if (seq == 0 || head - seq > cap ||
         seq < atomic_load_explicit(&l->tail, memory_order_seq_cst))
         return KINF_SHM_LOG_BEHIND;
-    s = &l->slots[seq & (l->cap - 1)];
+    s = &l->slots[seq & (cap - 1)];
     before = atomic_load_explicit(&s->stamp, memory_order_acquire);
     out->seq = seq;
     out->type = atomic_load_explicit(&s->type, memory_order_relaxed);
@@ -108,18 +133,28 @@ kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log
     out->old = atomic_load_explicit(&s->old, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire); /* the fields before the second stamp */
     after = atomic_load_explicit(&s->stamp, memory_order_relaxed);
-    return before == seq && after == seq ? KINF_SHM_LOG_EVENT : KINF_SHM_LOG_BEHIND;
+    if (before != seq || after != seq)
+        return KINF_SHM_LOG_BEHIND;
+    /* The offsets are the caller's to check (they name its records); the type is ours. */
+    return out->type >= KINF_SHM_ADDED && out->type <= KINF_SHM_RESYNCED ? KINF_SHM_LOG_EVENT
+                                                                        : KINF_SHM_LOG_CORRUPT;
 }
 
 uint64_t kinf_shm_log_tail(const kinf_shm *shm, kinf_shm_off log)
 {
-    return atomic_load_explicit(&log_at(shm, log)->tail, memory_order_acquire);
+    uint64_t cap;
+    shm_log *l = log_checked(shm, log, &cap);
+    return l ? atomic_load_explicit(&l->tail, memory_order_acquire) : 0;
 }
 
 void kinf_shm_log_truncate(kinf_shm *shm, kinf_shm_off log, uint64_t upto)
 {
-    shm_log *l = log_at(shm, log);
-    uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    uint64_t cap;
+    shm_log *l = log_checked(shm, log, &cap);
+    uint64_t head;
+    if (l == NULL)
+        return;
+    head = atomic_load_explicit(&l->head, memory_order_relaxed);
     if (upto > head)
         upto = head;
     /* seq_cst: the store is the unlink of what the dropped events name (shm.h's retire rule) */
@@ -163,12 +198,16 @@ kinf_err kinf_shm_log_defer(kinf_shm_log_deferred *d, kinf_shm_off off, uint64_t
 void kinf_shm_log_release(kinf_shm *shm, kinf_shm_off log, kinf_shm_log_deferred *d,
                           size_t holders_at)
 {
-    shm_log *l = log_at(shm, log);
-    uint64_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&l->tail, memory_order_relaxed);
+    uint64_t cap;
+    shm_log *l = log_checked(shm, log, &cap);
+    uint64_t head, tail;
+    if (l == NULL)
+        return; /* a corrupt log: the deferred blocks stay (leaked rather than freed early) */
+    head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    tail = atomic_load_explicit(&l->tail, memory_order_relaxed);
     /* Deferred in seq order: release from the front while the event has left the ring. */
     while (d->first < d->n &&
-           (head - d->items[d->first].seq > l->cap || d->items[d->first].seq < tail)) {
+           (head - d->items[d->first].seq > cap || d->items[d->first].seq < tail)) {
         kinf_shm_off off = d->items[d->first].off;
         _Atomic uint64_t *holders = holders_at == KINF_SHM_NO_HOLDERS
                                         ? NULL

@@ -43,7 +43,9 @@ kinf_shm_off kinf_shm_log_new(kinf_shm *shm, uint64_t cap);
 uint64_t kinf_shm_log_append(kinf_shm *shm, kinf_shm_off log, unsigned type, kinf_shm_off obj,
                              kinf_shm_off old);
 
-/* The seq the next event will get: events [max(head - cap, tail), head) may be read. */
+/* The seq the next event will get: events [max(head - cap, tail), head) may be read. Head, tail
+ * and cap read 0 for a log that does not check (kinf_shm_log_read says KINF_SHM_LOG_CORRUPT);
+ * the writer's calls on one do nothing (append returns 0). */
 uint64_t kinf_shm_log_head(const kinf_shm *shm, kinf_shm_off log);
 uint64_t kinf_shm_log_tail(const kinf_shm *shm, kinf_shm_off log);
 /* Writer. Events before upto (at most head) are gone: a reader asking for one is BEHIND. A
@@ -54,7 +56,9 @@ uint64_t kinf_shm_log_cap(const kinf_shm *shm, kinf_shm_off log);
 typedef enum kinf_shm_log_read_result {
     KINF_SHM_LOG_EVENT,  /* *out is event seq */
     KINF_SHM_LOG_NONE,   /* no event seq yet */
-    KINF_SHM_LOG_BEHIND  /* event seq is gone: start over from the content */
+    KINF_SHM_LOG_BEHIND, /* event seq is gone: start over from the content */
+    KINF_SHM_LOG_CORRUPT /* the log (its block, its capacity) or the event's type does not check
+                            (shm.h, Corruption); the event's offsets are the caller's to check */
 } kinf_shm_log_read_result;
 kinf_shm_log_read_result kinf_shm_log_read(const kinf_shm *shm, kinf_shm_off log, uint64_t seq,
                                            kinf_shm_event *out);

@@ -53,18 +53,30 @@ void kinf_shm_map_clear(kinf_shm *shm, _Atomic uint64_t *root);
  * killed between a slot's store and its count left them off by one. */
 void kinf_shm_map_recount(kinf_shm *shm, _Atomic uint64_t *root);
 
-/* Reader (or writer). key's entry, or 0. */
+/* Reader (or writer). key's entry in *out (0: absent). KINF_ECORRUPT (*out 0) when the table
+ * or an entry the probe met does not check (shm.h, Corruption): the table must be a block that
+ * holds its slots, with a power-of-two capacity, each entry a block holding its header and key.
+ * The probe stops after the table's capacity. An entry found is one of those checks. */
+kinf_err kinf_shm_map_find(const kinf_shm *shm, _Atomic uint64_t *root, const char *key,
+                           size_t len, kinf_shm_off *out);
+/* kinf_shm_map_find, where a corrupt map reads as one without key (0). */
 kinf_shm_off kinf_shm_map_get(const kinf_shm *shm, _Atomic uint64_t *root, const char *key,
                               size_t len);
-/* Reader (or writer). How many entries. */
+/* Reader (or writer). How many entries (at most the table's capacity; 0 for a corrupt table). */
 size_t kinf_shm_map_count(const kinf_shm *shm, _Atomic uint64_t *root);
+/* Whether the entry at off checks: a block holding its header and its key. */
+int kinf_shm_entry_ok(const kinf_shm *shm, kinf_shm_off off);
 
 /* Iteration over one table (the one current at kinf_shm_map_iter_init), inside a read section:
  *   kinf_shm_map_iter it; kinf_shm_map_iter_init(shm, root, &it);
- *   for (kinf_shm_off e; (e = kinf_shm_map_next(shm, &it)) != 0;) ... */
+ *   for (kinf_shm_off e; (e = kinf_shm_map_next(shm, &it)) != 0;) ...
+ *   if (it.corrupt) ... the table, or an entry in it, did not check: the iteration stopped there
+ * Every entry handed out checks (kinf_shm_entry_ok); at most the table's capacity are. */
 typedef struct kinf_shm_map_iter {
     kinf_shm_off table;
-    uint64_t i;
+    uint64_t i, cap; /* cap: the table's, checked at init and kept (a word changed later
+                        cannot make the walk longer) */
+    int corrupt;
 } kinf_shm_map_iter;
 void kinf_shm_map_iter_init(const kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_map_iter *it);
 kinf_shm_off kinf_shm_map_next(const kinf_shm *shm, kinf_shm_map_iter *it);

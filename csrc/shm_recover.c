@@ -20,54 +20,69 @@
 
 #include <stdlib.h>
 
-static void mark_map(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_marks *m,
-                     void (*each)(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_marks *m),
-                     const kinf_shm_store *st)
+/* The marking returns 1 when something it walked did not check (shm.h, Corruption): the sweep
+ * is then skipped, since a block only the corrupt part named could still be in use; what the
+ * dead writer left stays allocated rather than anything live being freed. */
+static int mark_map(kinf_shm *shm, _Atomic uint64_t *root, kinf_shm_marks *m,
+                    int (*each)(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_marks *m),
+                    const kinf_shm_store *st)
 {
     kinf_shm_map_iter it;
     kinf_shm_off off;
+    int bad = 0;
     kinf_shm_map_iter_init(shm, root, &it);
     (void)kinf_shm_mark(m, it.table);
     while ((off = kinf_shm_map_next(shm, &it)) != 0) {
         (void)kinf_shm_mark(m, off);
         if (each != NULL)
-            each(st, off, m);
+            bad |= each(st, off, m);
     }
+    return bad | it.corrupt;
 }
 
-static void mark_bucket(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_marks *m)
+static int mark_bucket(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_marks *m)
 {
-    const shm_bucket *b = BKT(st, off);
+    const shm_bucket *b = bucket_checked(st, off);
+    if (b == NULL)
+        return 1;
     for (uint64_t i = 0; i < b->nchunks; i++) {
-        const shm_chunk *c = CHK(st, b->chunks[i]);
+        uint64_t n;
+        const shm_chunk *c = chunk_checked(st, b->chunks[i], &n);
+        if (c == NULL)
+            return 1;
         (void)kinf_shm_mark(m, b->chunks[i]);
-        for (uint64_t j = 0; j < c->n; j++)
+        for (uint64_t j = 0; j < n; j++)
             (void)kinf_shm_mark(m, c->recs[j]); /* an orphan stays until its bucket goes */
     }
+    return 0;
 }
 
 /* Everything st reaches: its header, log, maps, records, buckets, chunks, and what the
- * readable events name. */
-static void mark_store(kinf_shm_store *st, kinf_shm_marks *m)
+ * readable events name. 1: something did not check. */
+static int mark_store(kinf_shm_store *st, kinf_shm_marks *m)
 {
     shm_store_hdr *h = H(st);
-    kinf_shm_off log = h->log;
+    kinf_shm_off log = st->log;
+    int bad = kinf_shm_log_cap(st->shm, log) == 0;
     uint64_t head = kinf_shm_log_head(st->shm, log), cap = kinf_shm_log_cap(st->shm, log);
     uint64_t from = kinf_shm_log_tail(st->shm, log);
     (void)kinf_shm_mark(m, st->hdr);
     (void)kinf_shm_mark(m, log);
-    mark_map(st->shm, &h->items, m, NULL, st);
-    for (uint64_t ix = 0; ix < h->nindexes; ix++)
-        mark_map(st->shm, &h->ix[ix].buckets, m, mark_bucket, st);
+    bad |= mark_map(st->shm, &h->items, m, NULL, st);
+    for (uint64_t ix = 0; ix < st->nindexes; ix++)
+        bad |= mark_map(st->shm, &h->ix[ix].buckets, m, mark_bucket, st);
     if (head > cap && head - cap > from)
         from = head - cap;
-    for (uint64_t seq = from; seq < head; seq++) {
+    for (uint64_t seq = from; seq < head && !bad; seq++) { /* at most cap events */
         kinf_shm_event ev;
-        if (kinf_shm_log_read(st->shm, log, seq, &ev) == KINF_SHM_LOG_EVENT) {
+        kinf_shm_log_read_result r = kinf_shm_log_read(st->shm, log, seq, &ev);
+        if (r == KINF_SHM_LOG_EVENT) {
             (void)kinf_shm_mark(m, ev.obj);
             (void)kinf_shm_mark(m, ev.old);
         }
+        bad |= r == KINF_SHM_LOG_CORRUPT;
     }
+    return bad;
 }
 
 static kinf_err sweep(kinf_shm *shm, kinf_shm_store **sts, size_t n, kinf_shm_recovery *out)
@@ -75,10 +90,15 @@ static kinf_err sweep(kinf_shm *shm, kinf_shm_store **sts, size_t n, kinf_shm_re
     kinf_shm_marks *m = kinf_shm_marks_new(shm);
     size_t blocks, bytes;
     kinf_err e;
+    int bad = 0;
     if (m == NULL)
         return KINF_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        mark_store(sts[i], m);
+        bad |= mark_store(sts[i], m);
+    if (bad) {
+        kinf_shm_marks_free(m);
+        return KINF_ECORRUPT;
+    }
     e = kinf_shm_sweep(shm, m, &blocks, &bytes);
     kinf_shm_marks_free(m);
     out->swept_blocks += blocks;
@@ -116,20 +136,22 @@ static int value_only(const void *x, const void *y)
 static int bucket_is(const kinf_shm_store *st, kinf_shm_off off, const pair *p, size_t n)
 {
     kinf_shm_bucket b;
+    const shm_bucket *bk;
     size_t i = 0;
     kinf_shm_off r;
-    if (off == 0 || BKT(st, off)->n != n)
-        return 0;
+    if (off == 0 || (bk = bucket_checked(st, off)) == NULL || bk->n != n)
+        return 0; /* a bucket that does not check is rebuilt */
+    memset(&b, 0, sizeof(b));
     b.st = st;
-    b.chunks = BKT(st, off)->chunks;
-    b.nchunks = BKT(st, off)->nchunks;
-    b.chunk = b.at = 0;
+    b.chunks = bk->chunks;
+    b.nchunks = bk->nchunks;
+    b.n = bk->n;
     while ((r = kinf_shm_bucket_next(&b)) != 0) {
         if (i >= n || r != p[i].rec)
             return 0;
         i++;
     }
-    return i == n;
+    return i == n && !b.corrupt;
 }
 
 /* Makes index ix's buckets what the items map's records give. The buckets replaced are not
@@ -149,6 +171,10 @@ static kinf_err repair_index(kinf_shm_store *st, int ix, size_t *fixed)
         kinf_str vals[64];
         const shm_record *r = REC(st, off);
         size_t nv = kinf_shm_store_values(st, off, ix, vals, 64);
+        if (nv == KINF_SHM_STORE_CORRUPT) {
+            e = KINF_ECORRUPT;
+            goto out;
+        }
         for (size_t i = 0; i < nv && i < 64; i++) {
             int dup = 0;
             for (size_t j = 0; j < i && !dup; j++)
@@ -167,6 +193,10 @@ static kinf_err repair_index(kinf_shm_store *st, int ix, size_t *fixed)
             }
             ps[n++] = (pair){vals[i].ptr, rec_key(r), vals[i].len, r->h.key_len, off};
         }
+    }
+    if (it.corrupt) {
+        e = KINF_ECORRUPT;
+        goto out;
     }
     if (n > 0)
         qsort(ps, n, sizeof(*ps), by_value_key);
@@ -227,25 +257,27 @@ kinf_err kinf_shm_store_recover(kinf_shm *shm, kinf_shm_recovery *out)
         shm_store_hdr *h;
         uint64_t seq;
         if (st == NULL) {
-            if (err == KINF_ENOMEM)
-                e = KINF_ENOMEM;
+            if (err == KINF_ENOMEM || err == KINF_ECORRUPT)
+                e = err;
             continue;
         }
         sts[n++] = st;
         h = H(st);
         kinf_shm_map_recount(shm, &h->items);
-        for (uint64_t ix = 0; ix < h->nindexes; ix++)
+        for (uint64_t ix = 0; ix < st->nindexes; ix++)
             kinf_shm_map_recount(shm, &h->ix[ix].buckets);
         /* A reader at any seq up to here reads RESYNCED or finds its event gone: either way it
          * starts over from the content. */
-        seq = kinf_shm_log_append(shm, h->log, KINF_SHM_RESYNCED, 0, 0);
-        kinf_shm_log_truncate(shm, h->log, seq);
+        seq = kinf_shm_log_append(shm, st->log, KINF_SHM_RESYNCED, 0, 0);
+        kinf_shm_log_truncate(shm, st->log, seq);
     }
     out->stores = n;
     if (e == KINF_OK)
         e = sweep(shm, sts, n, out);
-    for (size_t i = 0; i < n; i++) {
-        for (uint64_t ix = 0; ix < H(sts[i])->nindexes; ix++) {
+    /* A corrupt store is left as it is: rebuilding would allocate from, and free into, a heap
+     * whose words cannot be trusted. */
+    for (size_t i = 0; i < n && e != KINF_ECORRUPT; i++) {
+        for (uint64_t ix = 0; ix < sts[i]->nindexes; ix++) {
             if ((e2 = repair_index(sts[i], (int)ix, &out->buckets_fixed)) != KINF_OK && e == KINF_OK)
                 e = e2;
         }

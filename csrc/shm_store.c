@@ -50,6 +50,8 @@ static kinf_shm_store *handle(kinf_shm *shm, kinf_shm_off hdr, kinf_err *err)
     }
     st->shm = shm;
     st->hdr = hdr;
+    st->nindexes = (size_t)H(st)->nindexes;
+    st->log = H(st)->log;
     *err = KINF_OK;
     return st;
 }
@@ -118,8 +120,14 @@ kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err)
         return NULL;
     }
     hoff = atomic_load_explicit(kinf_shm_root(shm, root), memory_order_acquire);
-    if (hoff == 0 || ((shm_store_hdr *)kinf_shm_ptr(shm, hoff))->magic != STORE_MAGIC) {
+    if (hoff == 0) {
         *err = KINF_ENOTFOUND;
+        return NULL;
+    }
+    if (kinf_shm_span(shm, hoff) < sizeof(shm_store_hdr) ||
+        ((shm_store_hdr *)kinf_shm_ptr(shm, hoff))->magic != STORE_MAGIC ||
+        ((shm_store_hdr *)kinf_shm_ptr(shm, hoff))->nindexes > KINF_SHM_STORE_INDEXES) {
+        *err = KINF_ECORRUPT;
         return NULL;
     }
     return handle(shm, hoff, err);
@@ -160,7 +168,7 @@ static size_t str_len(const char *s)
 size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *obj,
                                   const kinf_values *const *vals)
 {
-    size_t nix = H(st)->nindexes;
+    size_t nix = st->nindexes;
     size_t size = sizeof(shm_record) + obj->json_len + obj->key_len + str_len(obj->namespace_) +
                   str_len(obj->name) + str_len(obj->uid) + str_len(obj->resource_version) + 6 +
                   4 * nix;
@@ -176,7 +184,7 @@ size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *o
 static kinf_err record_new(kinf_shm_store *st, const kinf_object *obj,
                            const kinf_values *const *vals, uint64_t seq, kinf_shm_off *out)
 {
-    size_t nix = H(st)->nindexes;
+    size_t nix = st->nindexes;
     size_t ns = str_len(obj->namespace_), name = str_len(obj->name), uid = str_len(obj->uid);
     size_t rv = str_len(obj->resource_version);
     size_t size = kinf_shm_store_record_size(st, obj, vals);
@@ -231,24 +239,56 @@ static kinf_err record_new(kinf_shm_store *st, const kinf_object *obj,
     return KINF_OK;
 }
 
+/* The record at off when its fixed part and strings fit its block (shm.h, Corruption), else
+ * NULL; *span gets the block's usable bytes. */
+static const shm_record *rec_checked(const kinf_shm_store *st, kinf_shm_off off, uint64_t *span)
+{
+    const shm_record *r = REC(st, off);
+    uint64_t key_at;
+    if ((*span = kinf_shm_span(st->shm, off)) < sizeof(shm_record))
+        return NULL;
+    key_at = sizeof(shm_record) + (uint64_t)r->json_len + 1;
+    if (r->h.key_at != key_at ||
+        r->values_at != key_at + (uint64_t)r->h.key_len + 1 + r->ns_len + 1 + r->name_len + 1 +
+                            r->uid_len + 1 + r->rv_len + 1 ||
+        r->values_at > *span)
+        return NULL;
+    return r;
+}
+
 size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix, kinf_str *out,
                              size_t max)
 {
-    const shm_record *r = REC(st, rec);
-    const char *p = (const char *)r + r->values_at;
-    size_t n = 0;
+    uint64_t span, at, n = 0;
+    const shm_record *r = rec_checked(st, rec, &span);
+    const char *p;
+    if (r == NULL || ix < 0 || (size_t)ix >= st->nindexes)
+        return KINF_SHM_STORE_CORRUPT;
+    /* Every count and length is checked against the block's end: at most span / 5 values. */
+    at = r->values_at;
     for (int i = 0; i <= ix; i++) {
+        if (span - at < 4)
+            return KINF_SHM_STORE_CORRUPT;
+        p = (const char *)r + at;
         n = get_u32(&p);
+        at += 4;
         for (size_t j = 0; j < n; j++) {
-            uint32_t len = get_u32(&p);
+            uint32_t len;
+            if (span - at < 4)
+                return KINF_SHM_STORE_CORRUPT;
+            len = get_u32(&p);
+            at += 4;
+            if (span - at < (uint64_t)len + 1)
+                return KINF_SHM_STORE_CORRUPT;
             if (i == ix && j < max) {
                 out[j].ptr = p;
                 out[j].len = len;
             }
             p += len + 1;
+            at += len + 1;
         }
     }
-    return n;
+    return (size_t)n;
 }
 
 int kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec)
@@ -267,10 +307,16 @@ kinf_shm_off kinf_shm_store_record_of(const kinf_shm_store *st, const char *json
     return kinf_shm_offset(st->shm, json - offsetof(shm_record, bytes));
 }
 
-void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out)
+kinf_err kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out)
 {
-    const shm_record *r = REC(st, off);
-    const char *p = r->bytes;
+    uint64_t span;
+    const shm_record *r = rec_checked(st, off, &span);
+    const char *p;
+    if (r == NULL) {
+        memset(out, 0, sizeof(*out));
+        return KINF_ECORRUPT;
+    }
+    p = r->bytes;
     out->off = off;
     out->seq = r->seq;
     out->json = p;
@@ -286,6 +332,7 @@ void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_vi
     out->uid = (kinf_str){p, r->uid_len};
     p += r->uid_len + 1;
     out->resource_version = (kinf_str){p, r->rv_len};
+    return KINF_OK;
 }
 
 /* Whether the stored record at off holds exactly obj (same resourceVersion and JSON). */
@@ -293,7 +340,8 @@ static int same_object(const kinf_shm_store *st, kinf_shm_off off, const kinf_ob
 {
     kinf_shm_view v;
     size_t rv = str_len(obj->resource_version);
-    kinf_shm_store_view(st, off, &v);
+    if (kinf_shm_store_view(st, off, &v) != KINF_OK)
+        return 0;
     return rv > 0 && v.resource_version.len == rv &&
            memcmp(v.resource_version.ptr, obj->resource_version, rv) == 0 &&
            v.json_len == obj->json_len && memcmp(v.json, obj->json, obj->json_len) == 0;
@@ -313,7 +361,7 @@ static int relieve(kinf_shm_store *st)
 {
     kinf_shm_stats before, after;
     kinf_shm_stats_get(st->shm, &before);
-    kinf_shm_log_truncate(st->shm, H(st)->log, kinf_shm_log_head(st->shm, H(st)->log));
+    kinf_shm_log_truncate(st->shm, st->log, kinf_shm_log_head(st->shm, st->log));
     kinf_shm_store_flush(st);
     kinf_shm_stats_get(st->shm, &after);
     st->drops++;
@@ -333,7 +381,7 @@ static kinf_err put_once(kinf_shm_store *st, const kinf_object *obj,
     if (old != 0 && same_object(st, old, obj))
         return KINF_OK;
     /* The writer is alone: the event appended below gets the log's head as its seq. */
-    if ((e = record_new(st, obj, vals, kinf_shm_log_head(st->shm, h->log), &rec)) != KINF_OK)
+    if ((e = record_new(st, obj, vals, kinf_shm_log_head(st->shm, st->log), &rec)) != KINF_OK)
         return e;
     e = kinf_shm_index_prepare(st, obj->key, obj->key_len, old, rec, &cs);
     if (e == KINF_OK && old == 0)
@@ -348,7 +396,7 @@ static kinf_err put_once(kinf_shm_store *st, const kinf_object *obj,
     free(cs.c);
     (void)kinf_shm_map_put(st->shm, &h->items, rec, &replaced);
     KINF_SHM_STEP();
-    seq = kinf_shm_log_append(st->shm, h->log, replaced ? KINF_SHM_UPDATED : KINF_SHM_ADDED, rec,
+    seq = kinf_shm_log_append(st->shm, st->log, replaced ? KINF_SHM_UPDATED : KINF_SHM_ADDED, rec,
                               replaced);
     (void)kinf_shm_log_defer(&st->deferred, replaced, seq, kinf_shm_block_size(st->shm, replaced));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
@@ -388,7 +436,7 @@ static kinf_err delete_once(kinf_shm_store *st, const char *key, size_t len)
     free(cs.c);
     kinf_shm_map_remove(st->shm, &h->items, key, len, &removed);
     KINF_SHM_STEP();
-    seq = kinf_shm_log_append(st->shm, h->log, KINF_SHM_DELETED, removed, 0);
+    seq = kinf_shm_log_append(st->shm, st->log, KINF_SHM_DELETED, removed, 0);
     (void)kinf_shm_log_defer(&st->deferred, removed, seq, kinf_shm_block_size(st->shm, removed));
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_release);
     return KINF_OK;
@@ -448,8 +496,8 @@ void kinf_shm_store_set_log_bytes(kinf_shm_store *st, size_t bytes)
 
 void kinf_shm_store_flush(kinf_shm_store *st)
 {
-    kinf_shm_log_bound(st->shm, H(st)->log, &st->deferred, st->log_bytes);
-    kinf_shm_log_release(st->shm, H(st)->log, &st->deferred, offsetof(shm_record, holders));
+    kinf_shm_log_bound(st->shm, st->log, &st->deferred, st->log_bytes);
+    kinf_shm_log_release(st->shm, st->log, &st->deferred, offsetof(shm_record, holders));
     kinf_shm_reclaim(st->shm);
 }
 
@@ -458,8 +506,9 @@ void kinf_shm_store_flush(kinf_shm_store *st)
 int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name)
 {
     const shm_store_hdr *h = H(st);
-    for (size_t i = 0; i < h->nindexes; i++) {
-        if (strcmp(h->ix[i].name, name) == 0)
+    /* Bounded: a name a stray write left unterminated ends at the header's field. */
+    for (size_t i = 0; i < st->nindexes; i++) {
+        if (strncmp(h->ix[i].name, name, KINF_SHM_INDEX_NAME) == 0)
             return (int)i;
     }
     return -1;
@@ -472,44 +521,73 @@ size_t kinf_shm_store_len(const kinf_shm_store *st)
 
 int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out)
 {
-    kinf_shm_off off = kinf_shm_map_get(st->shm, &H(st)->items, key, len);
+    kinf_shm_off off;
+    if (kinf_shm_map_find(st->shm, &H(st)->items, key, len, &off) != KINF_OK)
+        return -1;
     if (off == 0)
         return 0;
-    kinf_shm_store_view(st, off, out);
-    return 1;
+    return kinf_shm_store_view(st, off, out) == KINF_OK ? 1 : -1;
 }
 
-void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             kinf_shm_bucket *out)
+kinf_err kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
+                                 kinf_shm_bucket *out)
 {
     kinf_shm_off b = 0;
-    if (ix >= 0 && (uint64_t)ix < H(st)->nindexes)
-        b = kinf_shm_map_get(st->shm, &H(st)->ix[ix].buckets, value, len);
+    const shm_bucket *bk;
     memset(out, 0, sizeof(*out));
     out->st = st;
-    if (b != 0) {
-        out->chunks = BKT(st, b)->chunks;
-        out->nchunks = BKT(st, b)->nchunks;
-        out->n = BKT(st, b)->n;
-        out->version = BKT(st, b)->version;
+    if (ix >= 0 && (size_t)ix < st->nindexes &&
+        kinf_shm_map_find(st->shm, &H(st)->ix[ix].buckets, value, len, &b) != KINF_OK) {
+        out->corrupt = 1;
+        return KINF_ECORRUPT;
     }
+    if (b == 0)
+        return KINF_OK;
+    if ((bk = bucket_checked(st, b)) == NULL) {
+        out->corrupt = 1;
+        return KINF_ECORRUPT;
+    }
+    out->chunks = bk->chunks;
+    out->nchunks = bk->nchunks;
+    out->n = bk->n;
+    out->version = bk->version;
+    return KINF_OK;
 }
 
 kinf_shm_off kinf_shm_bucket_next(kinf_shm_bucket *b)
 {
-    while (b->chunk < b->nchunks) {
-        const shm_chunk *c = CHK(b->st, b->chunks[b->chunk]);
-        if (b->at < c->n)
+    while (!b->corrupt && b->chunk < b->nchunks) {
+        uint64_t cn;
+        const shm_chunk *c = chunk_checked(b->st, b->chunks[b->chunk], &cn);
+        /* The chunks' counts must add up to the bucket's: never more records than it said. */
+        if (c == NULL) {
+            b->corrupt = 1;
+            break;
+        }
+        if (b->at < cn) {
+            if (b->seen >= b->n) {
+                b->corrupt = 1;
+                break;
+            }
+            b->seen++;
             return c->recs[b->at++];
+        }
         b->chunk++;
         b->at = 0;
     }
+    if (!b->corrupt && b->seen != b->n)
+        b->corrupt = 1;
     return 0;
 }
 
 void kinf_shm_store_iter(const kinf_shm_store *st, int ix, kinf_shm_map_iter *it)
 {
     shm_store_hdr *h = H(st);
+    if (ix >= (int)st->nindexes) {
+        memset(it, 0, sizeof(*it));
+        it->corrupt = 1;
+        return;
+    }
     kinf_shm_map_iter_init(st->shm, ix < 0 ? &h->items : &h->ix[ix].buckets, it);
 }
 
@@ -526,7 +604,7 @@ uint64_t kinf_shm_store_writes(const kinf_shm_store *st)
 
 kinf_shm_off kinf_shm_store_log(const kinf_shm_store *st)
 {
-    return H(st)->log;
+    return st->log;
 }
 
 kinf_shm *kinf_shm_store_segment(const kinf_shm_store *st)
@@ -541,8 +619,8 @@ void kinf_shm_store_info_get(const kinf_shm_store *st, kinf_shm_store_info *out)
     out->writes = (unsigned long)atomic_load_explicit(&h->writes, memory_order_relaxed);
     out->write_failures =
         (unsigned long)atomic_load_explicit(&h->write_failures, memory_order_relaxed);
-    out->log_head = kinf_shm_log_head(st->shm, h->log);
-    out->log_tail = kinf_shm_log_tail(st->shm, h->log);
+    out->log_head = kinf_shm_log_head(st->shm, st->log);
+    out->log_tail = kinf_shm_log_tail(st->shm, st->log);
     out->log_bytes = st->deferred.bytes;
     out->log_drops = st->drops;
 }

@@ -78,8 +78,8 @@ typedef struct kinf_shm_view {
  * (KINF_EINVAL, KINF_ENOMEM: the segment is too small). */
 kinf_shm_store *kinf_shm_store_create(kinf_shm *shm, int root, const char *const *index_names,
                                       size_t nindexes, uint64_t log_cap, kinf_err *err);
-/* Any process: the store kept at root (KINF_ENOTFOUND: none yet), to read. A handle is used
- * by one thread at a time. */
+/* Any process: the store kept at root (KINF_ENOTFOUND: none yet; KINF_ECORRUPT: the root does
+ * not lead to a store header), to read. A handle is used by one thread at a time. */
 kinf_shm_store *kinf_shm_store_attach(kinf_shm *shm, int root, kinf_err *err);
 /* Makes an attached handle the writer's (a successor writer, after kinf_shm_claim_writer): it
  * registers the dead-reader hook on the segment handle, so only the writer thread may call it.
@@ -89,7 +89,9 @@ kinf_err kinf_shm_store_become_writer(kinf_shm_store *st);
  * every store kept at a root of the segment from what the last writer left (see Crash above).
  * The segment must hold nothing but stores: any block no store reaches is freed. KINF_ENOMEM
  * (process memory, or no room in the segment to rebuild a bucket): recovery stopped early;
- * calling it again continues. */
+ * calling it again continues. KINF_ECORRUPT: a store's structure does not check (shm.h,
+ * Corruption): nothing is swept (what it could not walk may be in use), buckets that do not
+ * check are rebuilt where the items map allows; the segment should be recreated. */
 typedef struct kinf_shm_recovery {
     size_t stores;         /* stores found at the roots */
     size_t buckets_fixed;  /* buckets rebuilt or removed: they disagreed with the items map */
@@ -118,10 +120,14 @@ void kinf_shm_store_set_log_bytes(kinf_shm_store *st, size_t bytes);
 size_t kinf_shm_store_record_size(const kinf_shm_store *st, const kinf_object *obj,
                                   const kinf_values *const *vals);
 
-/* Readers (inside a read section). */
+/* Readers (inside a read section). A stray write may have changed any word of the segment
+ * (shm.h, Corruption): every offset, length and count these read is checked before use, and
+ * one that does not check is reported (KINF_ECORRUPT, -1, KINF_SHM_STORE_CORRUPT, a corrupt
+ * flag), never read past. What they hand out (views, offsets) is checked. The checks are of
+ * structure, not content: a changed byte inside a JSON reads as that JSON. */
 int kinf_shm_store_index_of(const kinf_shm_store *st, const char *name); /* -1: unknown */
 size_t kinf_shm_store_len(const kinf_shm_store *st);
-/* The record under key: 1 and *out filled, or 0. */
+/* The record under key: 1 and *out filled, 0 absent, -1 corrupt (the items map or the record). */
 int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, kinf_shm_view *out);
 /* The records under a value of an index, in key order: n of them, read one by one with
  * kinf_shm_bucket_next (inside the read section that found them). version (0 when none) changes
@@ -129,13 +135,17 @@ int kinf_shm_store_get(const kinf_shm_store *st, const char *key, size_t len, ki
 typedef struct kinf_shm_bucket {
     size_t n;
     uint64_t version;
+    int corrupt; /* a check failed: by_index's, or a chunk's; set, the walk ends */
     const kinf_shm_store *st; /* the rest: kinf_shm_bucket_next's */
     const kinf_shm_off *chunks;
-    size_t nchunks, chunk, at;
+    size_t nchunks, chunk, at, seen;
 } kinf_shm_bucket;
-void kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
-                             kinf_shm_bucket *out);
-/* The next record of the bucket, or 0 after the last. */
+/* KINF_ECORRUPT (out->corrupt set, n 0): the value map or the bucket does not check. */
+kinf_err kinf_shm_store_by_index(const kinf_shm_store *st, int ix, const char *value, size_t len,
+                                 kinf_shm_bucket *out);
+/* The next record of the bucket, or 0 after the last, or 0 with b->corrupt set when a chunk does
+ * not check or the chunks hold more or fewer records than the bucket's n (a walk is at most n
+ * long). The record itself is checked by kinf_shm_store_view. */
 kinf_shm_off kinf_shm_bucket_next(kinf_shm_bucket *b);
 /* Readers: keeps the record at off (reached inside a read section) valid beyond the section,
  * until kinf_shm_store_release with the same reader slot. One bit per reader slot: a process
@@ -145,13 +155,17 @@ int kinf_shm_store_hold(const kinf_shm_store *st, int slot, kinf_shm_off rec);
 void kinf_shm_store_release(const kinf_shm_store *st, int slot, kinf_shm_off rec);
 /* The record whose JSON starts at json (a view's json). */
 kinf_shm_off kinf_shm_store_record_of(const kinf_shm_store *st, const char *json);
-/* Fills *out for the record at off. */
-void kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out);
-/* record i's values for index ix: n strings (ptr/len pairs written to out, at most max). */
+/* Fills *out for the record at off; KINF_ECORRUPT (*out zeroed) when the record does not check:
+ * a block whose strings, as its lengths say, fit it. */
+kinf_err kinf_shm_store_view(const kinf_shm_store *st, kinf_shm_off off, kinf_shm_view *out);
+/* record i's values for index ix: n strings (ptr/len pairs written to out, at most max), or
+ * KINF_SHM_STORE_CORRUPT when a count or length runs past the record's block. */
+#define KINF_SHM_STORE_CORRUPT ((size_t)-1)
 size_t kinf_shm_store_values(const kinf_shm_store *st, kinf_shm_off rec, int ix, kinf_str *out,
                              size_t max);
 /* Iteration over every record, or (values) over every value of index ix (its bucket offsets):
- * kinf_shm_map_iter it; kinf_shm_store_iter(st, -1, &it); while ((off = kinf_shm_map_next(..))) */
+ * kinf_shm_map_iter it; kinf_shm_store_iter(st, -1, &it); while ((off = kinf_shm_map_next(..)))
+ * then it.corrupt (shm_map.h). */
 void kinf_shm_store_iter(const kinf_shm_store *st, int ix, kinf_shm_map_iter *it);
 /* A bucket's value. */
 kinf_str kinf_shm_store_bucket_value(const kinf_shm_store *st, kinf_shm_off bucket);

@@ -66,6 +66,10 @@ typedef struct shm_bucket {
 struct kinf_shm_store {
     kinf_shm *shm;
     kinf_shm_off hdr;
+    /* Fixed at creation, checked and copied at attach: a stray write to the header later cannot
+     * change how many indexes a reader walks or where it finds the log. */
+    size_t nindexes;
+    kinf_shm_off log;
     kinf_shm_log_deferred deferred; /* [writer] */
     int writer;                     /* its dead-reader hook is registered */
     size_t log_bytes;               /* [writer] the most the log's old records may take */
@@ -90,6 +94,36 @@ static inline const shm_bucket *BKT(const kinf_shm_store *st, kinf_shm_off off)
 static inline const shm_chunk *CHK(const kinf_shm_store *st, kinf_shm_off off)
 {
     return kinf_shm_ptr(st->shm, off);
+}
+
+/* The chunk at off when it checks (a block holding 1..CHUNK_MAX offsets), else NULL; *n gets
+ * its count, loaded once. */
+static inline const shm_chunk *chunk_checked(const kinf_shm_store *st, kinf_shm_off off,
+                                             uint64_t *n)
+{
+    uint64_t span = kinf_shm_span(st->shm, off);
+    if (span < sizeof(shm_chunk))
+        return NULL;
+    *n = CHK(st, off)->n;
+    if (*n == 0 || *n > CHUNK_MAX || *n > (span - sizeof(shm_chunk)) / sizeof(kinf_shm_off))
+        return NULL;
+    return CHK(st, off);
+}
+
+/* The bucket at off when it checks (an entry whose chunk array ends before its value, with at
+ * most CHUNK_MAX records per chunk), else NULL. */
+static inline const shm_bucket *bucket_checked(const kinf_shm_store *st, kinf_shm_off off)
+{
+    const shm_bucket *b = BKT(st, off);
+    uint64_t nchunks;
+    if (!kinf_shm_entry_ok(st->shm, off) || kinf_shm_span(st->shm, off) < sizeof(shm_bucket))
+        return NULL;
+    nchunks = b->nchunks;
+    if (b->h.key_at < sizeof(shm_bucket) ||
+        nchunks > (b->h.key_at - sizeof(shm_bucket)) / sizeof(kinf_shm_off) || b->n < nchunks ||
+        b->n > nchunks * CHUNK_MAX)
+        return NULL;
+    return b;
 }
 
 static inline int key_cmp(const char *a, size_t alen, const char *b, size_t blen)

@@ -21,3 +21,10 @@ SOAK_CRASH_TRIALS ?= 20000
 .PHONY: soak-crash
 soak-crash: $(BUILD)/asan/test_shm_crash
 	KINF_CRASH_TRIALS=$(SOAK_CRASH_TRIALS) $(BUILD)/asan/test_shm_crash
+
+# Stray writes into a populated shared segment many more times than the default suite does
+# (csrc/test/test_shm_corrupt.c): `make soak-corrupt SOAK_CORRUPT_TRIALS=20000`.
+SOAK_CORRUPT_TRIALS ?= 20000
+.PHONY: soak-corrupt
+soak-corrupt: $(BUILD)/asan/test_shm_corrupt
+	KINF_CORRUPT_TRIALS=$(SOAK_CORRUPT_TRIALS) $(BUILD)/asan/test_shm_corrupt
