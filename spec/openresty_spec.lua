@@ -169,6 +169,14 @@ local function describe_model(model)
       if srv then srv:stop() end
     end)
 
+    it("resolves a built-in resource without discovery: no blocking request in a worker",
+      function()
+      for _, q in ipairs(srv:requests()) do
+        assert.is_nil(q.path:match("^/apis?$") or q.path:match("^/apis/[^/]+/[^/]+$"),
+          "a discovery request: " .. q.path)
+      end
+    end)
+
     it("sends requests only to ready endpoints, round-robin", function()
       reset()
       local seen = hits(40)

@@ -51,6 +51,7 @@ local view = require "kinformer.ngx.view"
 local status = require "kinformer.ngx.status"
 local metrics = require "kinformer.ngx.metrics"
 local nshared = require "kinformer.ngx.shared"
+local resources = require "kinformer.resources"
 
 local type, pairs, ipairs, pcall, tostring, next = type, pairs, ipairs, pcall, tostring, next
 local string_format, table_sort, math_max, math_floor =
@@ -307,6 +308,21 @@ local function check_synced()
   return S.synced
 end
 
+-- An informer's options with a built-in resource name (pods, services,
+-- endpointslices.discovery.k8s.io, ...) resolved from kinformer's table: a worker makes no
+-- blocking discovery request for them (nginx would queue that worker's connections meanwhile).
+-- Other names, and any name given with api_version, go through discovery.
+local function offline_resource(io)
+  if type(io.resource) ~= "string" or io.api_version ~= nil then return io end
+  local res = resources.resolve{ resource = io.resource }
+  if not res then return io end
+  local copy = {}
+  for k, v in pairs(io) do copy[k] = v end
+  copy.resource = { group = res.group, version = res.version, resource = res.resource,
+                    namespaced = res.namespaced }
+  return copy
+end
+
 local function stop_all(list)
   for _, inf in ipairs(list) do inf:stop() end
 end
@@ -540,7 +556,7 @@ function _M.start(opts)
   end
   local list, by_name = {}, {}
   for i, name in ipairs(names) do
-    local inf, ierr = client:informer(opts.informers[name])
+    local inf, ierr = client:informer(offline_resource(opts.informers[name]))
     if not inf then
       stop_all(list)
       log("error", "informer ", name, ": ", tostring(ierr))
