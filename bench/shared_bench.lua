@@ -213,7 +213,8 @@ local function measure(srv, dir, model, workers)
     r.segment_mb = 0
     if model == "shared" and w then -- the segment: the pages the writer touched (all of them)
       local smaps = read("/proc/" .. w .. "/smaps") or ""
-      for size, rss in smaps:gmatch("\n[%x]+%-[%x]+ rw%-s 00000000 00:%x+ %d+%s+/dev/zero %(deleted%)\nSize:%s+(%d+) kB\nKernelPageSize:%s+%d+ kB\nMMUPageSize:%s+%d+ kB\nRss:%s+(%d+) kB") do
+      -- an anonymous shared mapping, or a memfd (kngx.shared_memory keeps it in one)
+      for size, rss in smaps:gmatch("\n[%x]+%-[%x]+ rw%-s 00000000 00:%x+ %d+%s+/[%w:._-]+ %(deleted%)\nSize:%s+(%d+) kB\nKernelPageSize:%s+%d+ kB\nMMUPageSize:%s+%d+ kB\nRss:%s+(%d+) kB") do
         if tonumber(size) >= 65536 then r.segment_mb = r.segment_mb + tonumber(rss) / 1024 end
       end
     end

@@ -874,6 +874,54 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
     return deliver_pending(L, s, uv, fn);
 }
 
+/* poll(max) with no handler: moves the cursor over up to max changes and forgets the tables
+ * cached for the keys they name, so a process that only reads (get, by_index) keeps no table
+ * of an object replaced or deleted; hands nothing and makes no table (no snapshot: the first
+ * poll starts at the log's head). Falling behind forgets every cached table. Returns how many
+ * changes it passed, or nil, err, code. */
+static int poll_forget(lua_State *L, rstate *rs, kinf_shm_store *st, int uv, lua_Integer max)
+{
+    kinf_shm_off log = kinf_shm_store_log(st);
+    lua_Integer n = 0;
+    lua_pushnil(L);
+    lua_rawseti(L, uv, UV_PENDING); /* a snapshot a handler was handed part of: not any more */
+    while (n < max) {
+        kinf_shm_event ev;
+        kinf_shm_view v;
+        kinf_shm_log_read_result r = KINF_SHM_LOG_BEHIND;
+
+        kinf_shm_read_begin(rs->seg->shm, rs->slot);
+        if (rs->cursor != 0)
+            r = kinf_shm_log_read(rs->seg->shm, log, rs->cursor, &ev);
+        if (r == KINF_SHM_LOG_EVENT && ev.type == KINF_SHM_RESYNCED)
+            r = KINF_SHM_LOG_BEHIND;
+        if (r == KINF_SHM_LOG_EVENT && kinf_shm_store_view(st, ev.obj, &v) != KINF_OK)
+            r = KINF_SHM_LOG_CORRUPT;
+        if (r == KINF_SHM_LOG_BEHIND) {
+            rs->cursor = kinf_shm_log_head(rs->seg->shm, log);
+            kinf_shm_read_end(rs->seg->shm, rs->slot);
+            kl_seen_clear(rs);
+            reset_caches(L, uv);
+            if (rs->cursor == 0)
+                break;
+            continue;
+        }
+        if (r != KINF_SHM_LOG_EVENT) {
+            kinf_shm_read_end(rs->seg->shm, rs->slot);
+            if (r == KINF_SHM_LOG_CORRUPT)
+                return fail(L, rs, KINF_ECORRUPT);
+            break;
+        }
+        forget(L, uv, v.key, v.key_len); /* only a memory error of Lua raises here */
+        kinf_shm_read_end(rs->seg->shm, rs->slot);
+        rs->cursor++;
+        rs->events++;
+        n++;
+    }
+    lua_pushinteger(L, n);
+    return 1;
+}
+
 /* Protected (sh_poll): the poll itself, with sh_poll's arguments. */
 static int poll_protected(lua_State *L)
 {
@@ -882,6 +930,8 @@ static int poll_protected(lua_State *L)
     kinf_shm_off log;
     READER_PROLOGUE();
     max = luaL_optinteger(L, 2, 100);
+    if (lua_isnoneornil(L, 3))
+        return poll_forget(L, rs, st, uv, max);
     luaL_checktype(L, 3, LUA_TFUNCTION);
     fn = 3;
     luaL_checkstack(L, 16, "kinformer: shared store");

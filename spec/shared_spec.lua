@@ -198,6 +198,26 @@ describe("shared store", function()
     assert.same({}, poll_all(reader))
   end)
 
+  it("a poll without a handler lets the tables of replaced and deleted objects go, makes none",
+    function()
+    local seg = core.shm(4 * 1024 * 1024)
+    local w = writer(seg)
+    local reader = seg:store(1)
+    w.put(pod("a", "n1"), pod("b", "n1"), pod("c", "n1"))
+    assert.equal(0, reader:poll(100)) -- no snapshot: it starts at the log's head
+    local a, b = reader:get("ns/a"), reader:get("ns/b")
+    assert.equal(2, reader:status().held)
+    w.put(pod("a", "n2", 2))
+    w.delete(pod("b", "n1"))
+    a, b = nil, nil -- luacheck: ignore
+    assert.equal(2, reader:poll(100))
+    collectgarbage()
+    collectgarbage()
+    assert.equal(0, reader:status().held)
+    assert.equal("2", reader:get("ns/a").metadata.resourceVersion)
+    assert.is_nil(reader:get("ns/b"))
+  end)
+
   it("holds records while their tables live, and releases them with the tables", function()
     local seg = core.shm(4 * 1024 * 1024)
     local w = writer(seg)

@@ -162,16 +162,24 @@ local function handler_error(name, what, err)
   log("error", "shared store ", name, ": ", what, " handler raised: ", errtext(err))
 end
 
-local NO_HANDLERS = {}
-
 local function poll_shared(max)
   local total = 0
   for _, name in ipairs(S.shared_names) do
     local h = S.handlers[name]
-    -- A store nobody reads and nobody listens to makes no table; one that requests read must
-    -- be polled, or its cache of tables keeps every object it handed out, replaced or deleted.
+    -- A store nobody reads and nobody listens to makes no table; one that only requests read
+    -- is polled without a handler (its cached tables of replaced or deleted objects go; no
+    -- snapshot, no table is made), or its cache of tables would keep every object it handed out.
     if not h and not S.opened[name] then goto continue end
-    h = h or NO_HANDLERS
+    if not h then
+      local ok, n, _, code = pcall(S.readers[name].poll, S.readers[name], max)
+      if not ok then
+        S.dispatch_errors = S.dispatch_errors + 1
+        log("error", "shared store ", name, ": poll failed: ", errtext(n))
+      elseif not n and code ~= "ENOTFOUND" then -- the reader logged it (once)
+        S.dispatch_errors = S.dispatch_errors + 1
+      end
+      goto continue
+    end
     local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
     local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
       function(kind, obj, old, initial)
