@@ -877,14 +877,25 @@ static int resync(lua_State *L, lshared *s, rstate *rs, int uv, int fn)
 /* poll(max) with no handler: moves the cursor over up to max changes and forgets the tables
  * cached for the keys they name, so a process that only reads (get, by_index) keeps no table
  * of an object replaced or deleted; hands nothing and makes no table (no snapshot: the first
- * poll starts at the log's head). Falling behind forgets every cached table. Returns how many
- * changes it passed, or nil, err, code. */
+ * poll starts at the log's head). With no table cached it jumps to the head. Falling behind
+ * forgets every cached table. Returns how many changes it passed, or nil, err, code. */
 static int poll_forget(lua_State *L, rstate *rs, kinf_shm_store *st, int uv, lua_Integer max)
 {
     kinf_shm_off log = kinf_shm_store_log(st);
     lua_Integer n = 0;
     lua_pushnil(L);
     lua_rawseti(L, uv, UV_PENDING); /* a snapshot a handler was handed part of: not any more */
+    lua_rawgeti(L, uv, UV_OFFS);
+    lua_pushnil(L);
+    if (lua_next(L, -2) == 0) {
+        /* No table cached: nothing to forget, and no record to read (a process that only
+         * counts or has not read yet touches none of the segment's pages). */
+        lua_pop(L, 1);
+        rs->cursor = kinf_shm_log_head(rs->seg->shm, log);
+        lua_pushinteger(L, 0);
+        return 1;
+    }
+    lua_pop(L, 3);
     while (n < max) {
         kinf_shm_event ev;
         kinf_shm_view v;
