@@ -6,6 +6,7 @@
  */
 #include "shm_store_impl.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 static int rec_cmp(const kinf_shm_store *st, kinf_shm_off rec, const char *key, size_t len)
@@ -38,14 +39,19 @@ static size_t chunk_find(const kinf_shm_store *st, const shm_chunk *c, const cha
 }
 
 /* The chunk of b where key is or would go: the last whose first key is not after it (0 when
- * key comes before every chunk). */
+ * key comes before every chunk); SIZE_MAX when a chunk it looks at does not check. Only the
+ * chunks the search reads are checked: a write costs O(log chunks), not O(chunks). */
 static size_t bucket_chunk(const kinf_shm_store *st, const shm_bucket *b, const char *key,
                            size_t len)
 {
     size_t lo = 1, hi = b->nchunks; /* the answer is lo - 1 */
+    uint64_t n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (rec_cmp(st, CHK(st, b->chunks[mid])->recs[0], key, len) <= 0)
+        const shm_chunk *c = chunk_checked(st, b->chunks[mid], &n);
+        if (c == NULL)
+            return SIZE_MAX;
+        if (rec_cmp(st, c->recs[0], key, len) <= 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -88,8 +94,10 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
 
     memset(out, 0, sizeof(*out));
     if (old != NULL) {
+        uint64_t cn;
         ci = bucket_chunk(st, old, key, key_len);
-        c = CHK(st, old->chunks[ci]);
+        if (ci == SIZE_MAX || (c = chunk_checked(st, old->chunks[ci], &cn)) == NULL)
+            return KINF_ECORRUPT;
         at = chunk_find(st, c, key, key_len, &found);
         out->gone[0] = old->chunks[ci];
         replaced = 1;
@@ -112,7 +120,10 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
      * which keeps the bucket's array short. */
     if (n > 0 && n < CHUNK_MAX / 4 && nchunks > 1) {
         int next = ci + 1 < nchunks;
-        const shm_chunk *nb = CHK(st, old->chunks[next ? ci + 1 : ci - 1]);
+        uint64_t nbn;
+        const shm_chunk *nb = chunk_checked(st, old->chunks[next ? ci + 1 : ci - 1], &nbn);
+        if (nb == NULL)
+            return KINF_ECORRUPT; /* nothing made yet */
         if (n + nb->n <= CHUNK_MAX) {
             if (next) {
                 memcpy(recs + n, nb->recs, nb->n * sizeof(kinf_shm_off));
@@ -160,17 +171,6 @@ static kinf_err bucket_with(kinf_shm_store *st, const shm_bucket *old, const kin
     ((char *)b)[b->h.key_at + value->len] = '\0';
     b->h.hash = kinf_shm_map_hash(st->shm, value->ptr, value->len);
     return KINF_OK;
-}
-
-/* Whether every chunk of b checks, so that bucket_with can read them. */
-static int chunks_ok(const kinf_shm_store *st, const shm_bucket *b)
-{
-    uint64_t n;
-    for (uint64_t i = 0; i < b->nchunks; i++) {
-        if (chunk_checked(st, b->chunks[i], &n) == NULL)
-            return 0;
-    }
-    return b->nchunks > 0;
 }
 
 static int has_value(const kinf_str *vals, size_t n, const kinf_str *v)
@@ -235,8 +235,7 @@ kinf_err kinf_shm_index_prepare(kinf_shm_store *st, const char *key, size_t key_
             if (removal ? has_value(nv, nn, v) || has_value(ov, i, v) : has_value(nv, i - on, v))
                 continue;
             if (kinf_shm_map_find(st->shm, &h->ix[ix].buckets, v->ptr, v->len, &b) != KINF_OK ||
-                (b != 0 && (old = bucket_checked(st, b)) == NULL) ||
-                (old != NULL && !chunks_ok(st, old))) {
+                (b != 0 && (old = bucket_checked(st, b)) == NULL)) {
                 e = KINF_ECORRUPT;
                 break;
             }
