@@ -4,10 +4,12 @@
 -- load: every request answered from a complete cache, synced telling the truth.
 local fake = require "support.fake_apiserver"
 local openresty = require "support.openresty"
-local cjson = require "cjson"
+local load = require "support.serve_load"
 local socket = require "socket"
 
 local now, sleep = socket.gettime, socket.sleep
+local wait_serving, hammer, show, failures = load.wait_serving, load.hammer, load.show, load.failures
+local get_json = load.get_json
 
 local available, why = openresty.available()
 if not available then
@@ -93,47 +95,6 @@ local function start_nginx(dir, opts)
   return inst
 end
 
--- Waits until n requests in a row answered 200 (every worker synced and complete).
-local function wait_serving(inst, want, timeout)
-  local deadline, ok = now() + (timeout or 10), 0
-  while ok < 40 and now() < deadline do
-    local code = openresty.get(inst.port, "localhost", "/serve?want=" .. want)
-    if code == 200 then ok = ok + 1 else ok = 0; sleep(0.02) end
-  end
-  assert.equals(40, ok, "the workers never served a complete cache")
-end
-
--- Requests to /serve for `seconds`, one after the other (a new connection each): code -> count.
-local function hammer(inst, want, seconds, codes)
-  codes = codes or {}
-  local t = now() + seconds
-  while now() < t do
-    local code, err = openresty.get(inst.port, "localhost", "/serve?want=" .. want)
-    local k = code or ("transport: " .. tostring(err))
-    codes[k] = (codes[k] or 0) + 1
-  end
-  return codes
-end
-
-local function show(codes)
-  local t = {}
-  for k, c in pairs(codes) do t[#t + 1] = tostring(k) .. ": " .. c end
-  table.sort(t)
-  return table.concat(t, ", ")
-end
-
-local function failures(codes)
-  local n = 0
-  for k, c in pairs(codes) do if k ~= 200 then n = n + c end end
-  return n
-end
-
-local function get_json(inst, path)
-  local code, body = openresty.get(inst.port, "localhost", path)
-  assert.equals(200, code, "GET " .. path .. ": " .. tostring(code) .. " " .. tostring(body))
-  return cjson.decode(body)
-end
-
 describe("kinformer.ngx shared model", function()
   local srv, dir
 
@@ -215,8 +176,7 @@ describe("kinformer.ngx shared model", function()
 
     it("under load, every request through 3 reloads is served from a complete cache", function()
       -- wrk, 8 connections (Connection: close), in the background, plus this loop's requests
-      local wrk = io.popen(("wrk -t2 -c8 -d9s -H 'Connection: close' " ..
-        "'http://127.0.0.1:%d/serve?want=%d' 2>&1"):format(inst.port, want))
+      local wrk = load.wrk_start(inst, want, 9)
       local codes = {}
       hammer(inst, want, 0.5, codes)
       for _ = 1, 3 do
@@ -228,20 +188,16 @@ describe("kinformer.ngx shared model", function()
           assert.is_nil(old[c.pid], "an old worker still runs 2.5 s after the reload")
         end
       end
-      local out = wrk:read("a")
-      wrk:close()
-      local total = tonumber(out:match("(%d+) requests in"))
-      local non2xx = tonumber(out:match("Non%-2xx or 3xx responses: (%d+)") or "0")
-      local served = 0
-      for _, c in pairs(codes) do served = served + c end
+      local w = load.wrk_result(wrk)
+      local served = load.count(codes, function() return true end)
       if os.getenv("KINFORMER_RELOAD_FIGURES") then
-        io.stderr:write(("wrk: %s requests, %d non-2xx; loop: %s\n"):format(tostring(total),
-          non2xx, show(codes)))
+        io.stderr:write(("wrk: %s requests, %d non-2xx; loop: %s\n"):format(tostring(w.total),
+          w.non2xx, show(codes)))
       end
-      assert.is_true(total and total > 1000, "wrk sent too few requests: " .. out)
+      assert.is_true(w.total and w.total > 1000, "wrk sent too few requests: " .. w.out)
       assert.is_true(served > 500, "too few requests: " .. show(codes))
       assert.equals(0, failures(codes), "failed requests: " .. show(codes))
-      assert.equals(0, non2xx, "wrk: " .. out)
+      assert.equals(0, w.non2xx, "wrk: " .. w.out)
       -- the new writer took the segment over (no [error] or worse in the log)
       local log = inst:log()
       assert.matches("took the shared memory over", log)

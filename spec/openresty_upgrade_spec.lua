@@ -13,10 +13,13 @@
 -- count for neither.
 local fake = require "support.fake_apiserver"
 local openresty = require "support.openresty"
-local cjson = require "cjson"
+local load = require "support.serve_load"
 local socket = require "socket"
 
 local now, sleep = socket.gettime, socket.sleep
+local wait_serving, hammer, show, count = load.wait_serving, load.hammer, load.show, load.count
+local http_failures, wrk_start, wrk_result = load.http_failures, load.wrk_start, load.wrk_result
+local get_json = load.get_json
 
 local available, why = openresty.available()
 if not available then
@@ -96,75 +99,11 @@ local function start_nginx(dir, server)
   return inst
 end
 
-local function wait_serving(inst, want, timeout)
-  local deadline, ok = now() + (timeout or 10), 0
-  while ok < 40 and now() < deadline do
-    local code = openresty.get(inst.port, "localhost", "/serve?want=" .. want)
-    if code == 200 then ok = ok + 1 else ok = 0; sleep(0.02) end
-  end
-  assert.equals(40, ok, "the workers never served a complete cache")
-end
-
--- Requests to /serve for `seconds`, one after the other (a new connection each): code -> count;
--- a transport error counts under "transport".
-local function hammer(inst, want, seconds, codes)
-  codes = codes or {}
-  local t = now() + seconds
-  while now() < t do
-    local code = openresty.get(inst.port, "localhost", "/serve?want=" .. want)
-    local k = code or "transport"
-    codes[k] = (codes[k] or 0) + 1
-  end
-  return codes
-end
-
-local function show(codes)
-  local t = {}
-  for k, c in pairs(codes) do t[#t + 1] = tostring(k) .. ": " .. c end
-  table.sort(t)
-  return table.concat(t, ", ")
-end
-
-local function count(codes, pred)
-  local n = 0
-  for k, c in pairs(codes) do if pred(k) then n = n + c end end
-  return n
-end
-
-local function http_failures(codes)
-  return count(codes, function(k) return type(k) == "number" and k ~= 200 end)
-end
-
-local function wrk_start(inst, want, seconds)
-  return io.popen(("wrk -t2 -c8 -d%ds -H 'Connection: close' " ..
-    "'http://127.0.0.1:%d/serve?want=%d' 2>&1"):format(seconds, inst.port, want))
-end
-
--- wrk's figures: requests, non-2xx answers, socket errors (connect, read, write, timeout).
-local function wrk_result(p)
-  local out = p:read("a")
-  p:close()
-  local r = { out = out, total = tonumber(out:match("(%d+) requests in")),
-              non2xx = tonumber(out:match("Non%-2xx or 3xx responses: (%d+)") or "0"),
-              socket = 0, connect = 0 }
-  local c, rd, w, t = out:match("Socket errors: connect (%d+), read (%d+), write (%d+), timeout (%d+)")
-  -- A connect error is a request that never reached nginx (on loopback under this load: the
-  -- client out of ports, its connections in TIME_WAIT): apart from those nginx dropped.
-  if c then r.connect, r.socket = tonumber(c), tonumber(rd) + tonumber(w) + tonumber(t) end
-  return r
-end
-
 local function figures(what, w, codes)
   if os.getenv("KINFORMER_UPGRADE_FIGURES") then
     io.stderr:write(("%s: wrk: %s requests, %d non-2xx, %d socket errors; loop: %s\n")
       :format(what, tostring(w.total), w.non2xx, w.socket, show(codes)))
   end
-end
-
-local function get_json(inst, path)
-  local code, body = openresty.get(inst.port, "localhost", path)
-  assert.equals(200, code, "GET " .. path .. ": " .. tostring(code) .. " " .. tostring(body))
-  return cjson.decode(body)
 end
 
 -- The pids of the children of pid.
