@@ -1,7 +1,9 @@
 /*
- * lua_shared_impl.h - what lua_shared.c (segments, readers) and lua_mirror.c (the writer's
- * mirror) share: the reference-counted segment handle, a reader's state and its holds, and the
- * borrowing of records. Nothing else includes it; the binding's contract is lua_shared.h.
+ * lua_shared_impl.h - what the shared cache's binding files share: lua_shared.c (segments,
+ * reader handles), lua_shared_poll.c (their poll), lua_shared_reader.c (a process's slot, holds
+ * and borrowed records) and lua_mirror.c (the writer's mirror): the reference-counted segment
+ * handle, a reader's state and its holds, the borrowing of records, and a reader handle's
+ * caches. Nothing else includes it; the binding's contract is lua_shared.h.
  *
  * Ownership: segref and rstate are reference counted (atomic: a borrowed record may go on any
  * thread). A segref reference keeps the mapping; an rstate holds one on its segref; every
@@ -91,5 +93,53 @@ lseg *kl_check_seg(lua_State *L, int idx);
 void kl_push_shm_stats(lua_State *L, kinf_shm *shm);
 /* t[k] = v in the table on top of the stack. */
 void kl_set_int(lua_State *L, const char *k, lua_Integer v);
+
+/* ---- reader handles (lua_shared.c), shared with their poll (lua_shared_poll.c) ---- */
+
+#define KL_SHARED_MT "kinformer.shared_store"
+/* A reader handle's uservalue: the segment, its table caches (TABLES: key -> table, OFFS: key
+ * -> the record offset, negated once poll handed that table to its handler, FAST: key -> table
+ * for one write count), RESULTS (by_index arrays), PENDING (a snapshot's changes not handed). */
+enum { UV_SEG = 1, UV_TABLES = 2, UV_OFFS = 3, UV_FAST = 4, UV_RESULTS = 5, UV_PENDING = 6 };
+
+/* The handle at 1, open and of this process (raises otherwise). */
+lshared *kl_sh_check(lua_State *L);
+/* rs's slot, or -1 after logging once (error) that every slot is taken. */
+int kl_sh_need_slot(lua_State *L, rstate *rs);
+/* The reader's store once the writer created it, else NULL (attach_err says why). */
+kinf_shm_store *kl_sh_attached(rstate *rs);
+/* nil, msg, code for err (a corrupt segment also logged, once per reader); returns 3. */
+int kl_sh_fail(lua_State *L, rstate *rs, kinf_err err);
+/* Pushes the table of the record at v (inside a read section), cached per key and version. */
+kinf_err kl_sh_push_record(lua_State *L, rstate *rs, int uv, const kinf_shm_view *v);
+/* Starts the uservalue's table caches over. */
+void kl_sh_reset_caches(lua_State *L, int uv);
+/* Marks key's cached table at record offset off as handed to poll's handler. */
+void kl_sh_mark_handed(lua_State *L, int uv, const char *key, size_t len, kinf_shm_off off);
+/* Forgets key's cached tables (its record was replaced or deleted). */
+void kl_sh_forget(lua_State *L, int uv, const char *key, size_t len);
+/* reader:poll(max [, fn]) (lua_shared_poll.c). */
+int kl_sh_poll(lua_State *L);
+
+#define NO_SLOT_MSG "kinformer: shared store: no free reader slot (every one of the segment's " \
+                    "64 is another process's)"
+
+#define NOT_ATTACHED(L, rs)                                                              \
+    ((rs)->attach_err == KINF_ECORRUPT                                                   \
+         ? kl_sh_fail(L, rs, KINF_ECORRUPT)                                                    \
+         : kl_fail(L, KINF_ENOTFOUND, "kinformer: shared store: not created yet"))
+
+/* The start of a reader method: s_, rs, st and uv, or the method returns nil, err, code. */
+#define READER_PROLOGUE()                                                            \
+    lshared *s_ = kl_sh_check(L);                                                   \
+    rstate *rs = s_->rs;                                                             \
+    kinf_shm_store *st;                                                              \
+    int uv;                                                                          \
+    if (kl_sh_need_slot(L, rs) < 0)                                                        \
+        return kl_fail(L, KINF_EBUSY, NO_SLOT_MSG);                                  \
+    if ((st = kl_sh_attached(rs)) == NULL)                                                 \
+        return NOT_ATTACHED(L, rs);                                                  \
+    kl_getuservalue(L, 1);                                                           \
+    uv = lua_gettop(L)
 
 #endif

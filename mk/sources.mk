@@ -51,5 +51,6 @@ BIND_SRC += csrc/lua_client.c
 BIND_SRC += csrc/lua_informer.c
 BIND_SRC += csrc/lua_shared.c
 BIND_SRC += csrc/lua_shared_reader.c
+BIND_SRC += csrc/lua_shared_poll.c
 BIND_SRC += csrc/lua_mirror.c
 BIND_SRC += csrc/lua_shm_named.c

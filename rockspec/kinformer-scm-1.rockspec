@@ -86,6 +86,7 @@ build = {
         "csrc/lua_store.c", "csrc/lua_store_query.c", "csrc/lua_results.c",
         "csrc/lua_fifo.c", "csrc/lua_client.c",
         "csrc/lua_informer.c", "csrc/lua_shared.c", "csrc/lua_shared_reader.c",
+        "csrc/lua_shared_poll.c",
         "csrc/lua_mirror.c", "csrc/lua_shm_named.c",
       },
       defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
