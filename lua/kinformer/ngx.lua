@@ -155,59 +155,6 @@ local function dispatch_one(i, inf, batch)
   return n
 end
 
--- Shared model: hands this process's handlers the changes of each shared store since the last
--- poll, at most `max` per store; returns how many.
-local function handler_error(name, what, err)
-  S.dispatch_errors = S.dispatch_errors + 1
-  log("error", "shared store ", name, ": ", what, " handler raised: ", errtext(err))
-end
-
-local function poll_shared(max)
-  local total = 0
-  for _, name in ipairs(S.shared_names) do
-    local h = S.handlers[name]
-    -- A store nobody reads and nobody listens to makes no table; one that only requests read
-    -- is polled without a handler (its cached tables of replaced or deleted objects go; no
-    -- snapshot, no table is made), or its cache of tables would keep every object it handed out.
-    if not h and not S.opened[name] then goto continue end
-    if not h then
-      local ok, n, _, code = pcall(S.readers[name].poll, S.readers[name], max)
-      if not ok then
-        S.dispatch_errors = S.dispatch_errors + 1
-        log("error", "shared store ", name, ": poll failed: ", errtext(n))
-      elseif not n and code ~= "ENOTFOUND" then -- the reader logged it (once)
-        S.dispatch_errors = S.dispatch_errors + 1
-      end
-      goto continue
-    end
-    local on_add, on_update, on_delete = h.on_add, h.on_update, h.on_delete
-    local ok, n, err = pcall(S.readers[name].poll, S.readers[name], max,
-      function(kind, obj, old, initial)
-        local hok, herr = true, nil
-        if kind == 1 then
-          if on_add then hok, herr = pcall(on_add, obj, initial) end
-        elseif kind == 2 then
-          if on_update then hok, herr = pcall(on_update, old, obj) end
-        elseif on_delete then
-          hok, herr = pcall(on_delete, obj)
-        end
-        if not hok then handler_error(name, ({ "on_add", "on_update", "on_delete" })[kind], herr) end
-      end)
-    if not ok then
-      S.dispatch_errors = S.dispatch_errors + 1
-      log("error", "shared store ", name, ": poll failed: ", errtext(n))
-    elseif n then
-      total = total + n
-    elseif err and not S.reader_waiting then
-      -- Not created yet (the writer has not started): said once.
-      S.reader_waiting = true
-      log("info", "shared store ", name, ": ", tostring(err))
-    end
-    ::continue::
-  end
-  return total
-end
-
 -- Dispatches every informer in rounds of one batch each until none has more or the budget is
 -- spent (shared model: then polls the shared stores); returns true when work is left.
 local NONE = {}
@@ -228,7 +175,7 @@ local function drain()
   end
   if S.model == "shared" then
     local max = batch * 50
-    local n = poll_shared(max)
+    local n = nshared.poll(max)
     total = total + n
     if n >= max then busy = true end
   end
@@ -296,22 +243,9 @@ local function informers_synced()
   return true
 end
 
--- Shared model, a process that reads (the writer's included): synced once the segment has held
--- a complete list (this writer's, or a previous generation's) and this process had it: its
--- stores exist, and the ones with handlers were polled (the handlers were told).
-local function reader_synced()
-  if not nshared.segment_synced() then return false end
-  for _, name in ipairs(S.shared_names) do
-    if not nshared.created(name) then return false end
-    if S.handlers[name] and (S.readers[name]:status().cursor or 0) == 0 then return false end
-  end
-  S.synced = true
-  return true
-end
-
 local function check_synced()
   if S.runs then informers_synced() end
-  if S.model == "shared" and S.role ~= "agent" then return reader_synced() end
+  if S.model == "shared" and S.role ~= "agent" then return nshared.reader_synced() end
   S.synced = S.informers_synced
   return S.synced
 end
@@ -351,40 +285,15 @@ local function start_informers()
 end
 
 -- Shared model: the informers mirror into the segment and start once this process is its
--- writer. After a reload that kept the segment, the previous generation's writer holds that
--- role until its process exits (or dies): this one retries each tick meanwhile, while every
--- worker serves what the old writer left. Returns true (started), "wait", or nil, err.
+-- writer (shared.claim_writer); true (started), "wait" (the previous writer still runs), or
+-- nil, err.
 local function claim_and_start()
-  for i, inf in ipairs(S.list) do
-    if not S.mirrored[i] then
-      local ok, err, code = inf:mirror(S.segment, i)
-      if not ok then
-        if code == "EBUSY" and i == 1 then -- another live process writes the segment
-          local t = ngx_now()
-          if not S.claiming then
-            S.claiming, S.claim_since = true, t
-            log("notice", "the previous writer of the shared memory still runs: taking over ",
-              "once it has exited")
-          elseif t - S.claim_since > 10 and not S.claim_warned then
-            S.claim_warned = true
-            log("warn", "the previous writer of the shared memory still runs after 10 s ",
-              "(an old worker waiting for its connections to close): the shared cache is not ",
-              "updated meanwhile")
-          end
-          return "wait"
-        end
-        stop_all(S.list)
-        log("error", "informer ", S.names[i], ": cannot write the shared store: ", tostring(err))
-        return nil, "informer " .. S.names[i] .. ": " .. tostring(err)
-      end
-      S.mirrored[i] = true
-    end
+  local ok, err = nshared.claim_writer()
+  if ok == "wait" then return ok end
+  if not ok then
+    stop_all(S.list)
+    return nil, err
   end
-  if S.claiming then
-    log("notice", string_format("took the shared memory over after %.3f s",
-      ngx_now() - S.claim_since))
-  end
-  S.claiming = false
   return start_informers()
 end
 
@@ -654,7 +563,7 @@ end
 function _M.synced()
   if S.model == "shared" then
     if S.synced then return true end
-    if S.started and S.role ~= "agent" and S.shared_names then return reader_synced() end
+    if S.started and S.role ~= "agent" and S.shared_names then return nshared.reader_synced() end
     return false
   end
   if S.runs then return S.informers_synced == true end
