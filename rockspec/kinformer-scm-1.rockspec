@@ -53,6 +53,7 @@ build = {
     ["kinformer.argcheck"] = "lua/kinformer/argcheck.lua",
     ["kinformer.errtext"] = "lua/kinformer/errtext.lua",
     ["kinformer.clock"] = "lua/kinformer/clock.lua",
+    ["kinformer.task"] = "lua/kinformer/task.lua",
     ["kinformer.flowcontrol"] = "lua/kinformer/flowcontrol.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",
     ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",

@@ -495,50 +495,12 @@ end)
 
 -- ---- replicas in child processes ----
 
-local Child = {}
-Child.__index = Child
+local replica = require "support.replica"
 
 local function start_child(url, id, ns, mode)
-  local c = setmetatable({ out = os.tmpname() }, Child)
-  c.p = assert(io.popen(("echo $$; exec lua5.4 %s %s %s %s %s %s >%s 2>&1"):format(
-    proc.quote(KINFORMER_ROOT .. "/spec/support/manager_child.lua"), proc.quote(KINFORMER_ROOT),
-    proc.quote(url), proc.quote(id), proc.quote(ns), proc.quote(mode), proc.quote(c.out))))
-  c.pid = tonumber(c.p:read("l"))
+  local c = replica.start("spec/support/manager_child.lua", { url, id, ns, mode })
   defer(function() c:close() end)
   return c
-end
-
-function Child:output()
-  local f = io.open(self.out)
-  local s = f and f:read("a") or ""
-  if f then f:close() end
-  return s
-end
-
-function Child:wait_for(pattern, seconds)
-  local deadline = socket.gettime() + (seconds or 10)
-  while socket.gettime() < deadline do
-    if self:output():find(pattern) then return true end
-    socket.sleep(0.05)
-  end
-  return false
-end
-
--- Sends sig and waits for the exit -> exit code
-function Child:signal(sig)
-  os.execute("kill -" .. sig .. " " .. self.pid)
-  local _, _, code = self.p:close()
-  self.closed = true
-  return code
-end
-
-function Child:close()
-  if not self.closed then
-    if proc.alive(self.pid) then os.execute("kill -KILL " .. self.pid) end
-    self.p:close()
-    self.closed = true
-  end
-  os.remove(self.out)
 end
 
 describe("kinformer.manager replicas", function()

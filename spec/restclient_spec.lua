@@ -76,10 +76,12 @@ describe("REST client flow control, warnings and impersonation", function()
   end
 
   describe("throttling", function()
-    it("defaults to controller-runtime's 20 qps and burst 30", function()
+    it("has no client-side limit by default (controller-runtime's default since v0.21)", function()
       local st = client():status()
-      assert.equal(20, st.qps)
-      assert.equal(30, st.burst)
+      assert.equal(-1, st.qps)
+      assert.equal(0, st.burst)
+      local c = client{ qps = 20 }
+      assert.equal(30, c:status().burst) -- burst 1.5 x qps when only qps is set
       assert.equal(10, st.max_retries)
       assert.equal(0, st.requests)
     end)

@@ -11,15 +11,21 @@
 --   predicates, whose errors are logged and counted (the event is dropped).
 -- - Level-triggered: the work queue coalesces a key added while queued and never hands a key to
 --   two reconciles at once (kinformer.workqueue's dirty / processing rule).
--- - process(key) runs on the manager's thread: finalizer steps, then reconcile(req, ctx).
---   Results: nil / true -> forget; a number n > 0 -> forget, add_after(n); 0 -> add_rate_limited;
---   raise or nil, err -> add_rate_limited, logged (409 Conflict at info level), counted.
+-- - Priorities (the work queue's): keys from the initial list, from objects created more than
+--   a minute ago (a relist's adds), from resyncs (an update that kept the resourceVersion) and
+--   from a new leader's enqueue_all wait at LOW behind keys from real changes (priority 0).
+-- - process(key) runs in a task of the manager (kinformer.task: its REST calls do not block
+--   the thread; up to max_concurrent_reconciles keys at once, never one twice): finalizer
+--   steps, then reconcile(req, ctx). The primary it acts on is read through the manager's
+--   read-your-own-writes rule (mgr:_fresh). Results: nil / true -> forget; a number n > 0 ->
+--   forget, add_after(n); 0 -> add_rate_limited; raise or nil, err -> add_rate_limited, logged
+--   (409 Conflict at info level), counted.
 -- - Finalizers: the finalizer is added (update with the resourceVersion precondition) before a
 --   live primary's first reconcile; with deletionTimestamp set, finalize(obj, ctx) runs and only
---   this finalizer is removed once it succeeded. The resourceVersions of the manager's own
---   finalizer writes are remembered: a cached copy older than the write is not acted on (the
---   key is retried with backoff until the cache caught up), so finalize runs once per deletion
---   when nothing fails.
+--   this finalizer is removed once it succeeded. With a label_selector, a primary that leaves
+--   the selection while it carries the finalizer (it is gone from the cache, not from the
+--   server) is released the same way: finalize(obj, ctx) runs on the server's copy and the
+--   finalizer is removed, since nothing would remove it later.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
 local errtext = require "kinformer.errtext"
@@ -27,6 +33,7 @@ local clock = require "kinformer.clock"
 local predicates = require "kinformer.predicates"
 local workqueue = require "kinformer.workqueue"
 local resources = require "kinformer.resources"
+local task = require "kinformer.task"
 
 local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable = type, tostring,
   tonumber, pairs, ipairs, pcall, setmetatable
@@ -38,6 +45,8 @@ local raise, fail = argcheck.raise, argcheck.fail
 local _M = {}
 
 local WRITE_TIMEOUT = 10
+local LOW = -100 -- kinformer.manager's LOW
+local OLD_OBJECT = 60 -- seconds: an add of an object created earlier is no change (a relist)
 
 local Controller = {}
 Controller.__index = Controller
@@ -46,11 +55,54 @@ _M.Controller = Controller
 local Ctx = {}
 Ctx.__index = Ctx
 
---- ctx:get() -> the primary as cached (nil once it is gone); after the manager's own finalizer
--- write, the object that write returned.
-function Ctx:get()
-  if self._obj then return self._obj end
-  return self._store:get_by_key(self.key)
+-- The informer of ctx's controller (or of the manager) for resource.
+local function cache_for(ctx, resource)
+  local c = ctx._controller
+  for _, s in ipairs(c.sources) do
+    if s.resource == resource and s.kind ~= "watches" then return s.informer end
+  end
+  return ctx.manager:informer{ resource = resource, namespace = c.namespace }
+end
+
+-- Waits (inside a task) until inf synced, up to timeout seconds -> true | nil, err
+local function wait_synced(inf, timeout)
+  if inf:has_synced() then return true end
+  local t = task.current()
+  local deadline = clock.now() + timeout
+  while t and clock.now() < deadline do
+    t:sleep(0.01)
+    if inf:has_synced() then return true end
+  end
+  return nil, "cache of " .. tostring(inf:status().resource or "?") .. " not synced"
+end
+
+--- ctx:get([resource, key]) -> object | nil (absent) | nil, err. Without arguments the
+-- primary; with them an object of resource from the caches the manager runs (the
+-- controller's own sources, else an informer the manager starts now and waits for). Objects
+-- this manager's reconciles wrote are not read older than that write (docs/controller.md).
+function Ctx:get(resource, key)
+  local c = self._controller
+  if resource == nil then
+    if self._obj and not self.manager._written[c.gk .. " " .. self.key] then return self._obj end
+    return self.manager:_fresh(c.group, c.kind, self.key, self._store, c.resource)
+  end
+  if type(resource) ~= "string" then raise(1, "get", "resource name expected") end
+  if type(key) ~= "string" then raise(2, "get", "object key (\"namespace/name\") expected") end
+  local inf = cache_for(self, resource)
+  local ok, err = wait_synced(inf, 30)
+  if not ok then return nil, err end
+  local res = self.client:resolve(resource)
+  return self.manager:_fresh(res.group or "", res.kind, key, inf:store(), resource)
+end
+
+--- ctx:list(resource [, opts]) -> list of cached objects (store:list's options), from the same
+-- caches as ctx:get(resource, key)
+function Ctx:list(resource, opts)
+  if type(resource) ~= "string" then raise(1, "list", "resource name expected") end
+  local inf = cache_for(self, resource)
+  local ok, err = wait_synced(inf, 30)
+  if not ok then return nil, err end
+  return inf:store():list(opts)
 end
 
 --- ctx:event(obj, "Normal" | "Warning", reason, message) -> true | false, why: queues an Event
@@ -59,14 +111,15 @@ function Ctx:event(obj, etype, reason, message)
   return self._recorder:record(obj, etype, reason, message)
 end
 
---- ctx:log(level, message): a log line naming the controller and the key.
+--- ctx:log(level, message): a log line naming the controller and the key ("info" and above
+-- show by default: a manager sets the default logger to its log_level, "info").
 function Ctx:log(level, msg)
   core.log(level, string_format("controller %s: %s: %s", self.controller, self.key, tostring(msg)))
 end
 
 local SPEC = { name = true, resource = true, namespace = true, label_selector = true,
   owns = true, watches = true, predicates = true, finalizer = true, reconcile = true,
-  finalize = true, rate_limiter = true }
+  finalize = true, rate_limiter = true, max_concurrent_reconciles = true }
 local SOURCE = { resource = true, map = true, predicates = true, namespace = true,
   label_selector = true }
 
@@ -93,6 +146,11 @@ local function informer_for(mgr, what, resource, namespace, label_selector)
   return inf
 end
 
+local function find(list, s)
+  if type(list) ~= "table" then return nil end
+  for i, v in ipairs(list) do if v == s then return i end end
+end
+
 -- The controller ownerReference of obj, if it names a primary of this controller.
 local function controller_owner(self, obj)
   local md = type(obj) == "table" and obj.metadata
@@ -111,9 +169,38 @@ local function controller_owner(self, obj)
   end
 end
 
-local function add_keys(self, keys)
+local function add_keys(self, keys, priority)
   local q = self.queue
-  for _, k in ipairs(keys) do q:add(k) end
+  for _, k in ipairs(keys) do q:add(k, priority) end
+end
+
+-- Seconds since the epoch of an RFC 3339 UTC time ("2026-11-28T03:00:00Z"), or nil.
+local function epoch(ts)
+  if type(ts) ~= "string" then return nil end
+  local y, mo, d, h, mi, sec = ts:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  if not y then return nil end
+  y, mo = tonumber(y), tonumber(mo)
+  if mo <= 2 then y, mo = y - 1, mo + 12 end -- days from civil (Howard Hinnant's)
+  local floor = math.floor -- (no // on LuaJIT)
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local doy = floor((153 * (mo - 3) + 2) / 5) + tonumber(d) - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
+end
+
+-- The work queue priority of an event: LOW when it is no change (see the contract).
+local function priority_of(etype, obj, old, initial)
+  if etype == "add" then
+    if initial then return LOW end
+    local created = epoch(obj and obj.metadata.creationTimestamp)
+    if created and os.time() - created > OLD_OBJECT then return LOW end
+  elseif etype == "update" and old and obj
+      and old.metadata.resourceVersion == obj.metadata.resourceVersion then
+    return LOW
+  end
+  return 0
 end
 
 -- Runs the predicates on ev -> pass
@@ -214,11 +301,17 @@ local function keys_of(self, src, obj, tomb_key)
   return keys
 end
 
-local function handle(self, src, etype, obj, old)
+local function handle(self, src, etype, obj, old, initial)
   local tomb_key
   if is_tombstone(obj) then
     tomb_key = obj.key
     obj = obj.obj
+  end
+  if etype == "delete" and src.kind == "primary" and self.finalizer and self.label_selector then
+    local md = obj and obj.metadata
+    if md and find(md.finalizers, self.finalizer) then -- maybe out of the selection, not gone
+      self._departed[tomb_key or key_of(obj)] = true
+    end
   end
   local ev = { type = etype, object = obj, old = old }
   -- The start of a deletion always reaches a controller with a finalizer (kube-apiserver moves
@@ -226,15 +319,16 @@ local function handle(self, src, etype, obj, old)
   local deleting = self.finalizer and src.kind == "primary" and etype == "update"
     and obj and obj.metadata.deletionTimestamp and not (old and old.metadata.deletionTimestamp)
   if obj and not deleting and not passes(self, src, ev) then return end
-  add_keys(self, keys_of(self, src, obj, tomb_key))
+  local prio = priority_of(etype, obj, old, initial)
+  add_keys(self, keys_of(self, src, obj, tomb_key), prio)
   if etype == "update" and src.kind ~= "primary" and old then
-    add_keys(self, keys_of(self, src, old)) -- an owner or a mapping that changed: both
+    add_keys(self, keys_of(self, src, old), prio) -- an owner or a mapping that changed: both
   end
 end
 
 local function add_source(self, src)
   src.registration = src.informer:add_handler{
-    on_add = function(obj) handle(self, src, "add", obj) end,
+    on_add = function(obj, initial) handle(self, src, "add", obj, nil, initial) end,
     on_update = function(old, new) handle(self, src, "update", new, old) end,
     on_delete = function(obj) handle(self, src, "delete", obj) end,
   }
@@ -265,17 +359,23 @@ function _M.new(mgr, spec)
   if type(owns) ~= "table" then raise(1, F, "option 'owns' must be a list") end
   if type(watches) ~= "table" then raise(1, F, "option 'watches' must be a list") end
   local preds = check_predicates(spec.predicates, "predicates")
+  local concurrency = argcheck.number(spec, "max_concurrent_reconciles", F, 1, 1)
+  if concurrency ~= math.floor(concurrency) or concurrency == math.huge then
+    raise(1, F, "option 'max_concurrent_reconciles' must be a whole number >= 1")
+  end
 
   local primary = informer_for(mgr, name, spec.resource, namespace, selector)
   local res = mgr.client:resolve(spec.resource)
   local self = setmetatable({
     name = name, manager = mgr, client = mgr.client, resource = spec.resource,
     group = res.group or "", version = res.version, kind = res.kind,
+    gk = (res.group or "") .. "/" .. res.kind,
     namespaced = res.namespaced, namespace = namespace, finalizer = finalizer,
-    reconcile = spec.reconcile, finalize = spec.finalize,
+    reconcile = spec.reconcile, finalize = spec.finalize, label_selector = selector,
     predicates = preds or {}, primary = primary, sources = {},
-    _written = {}, -- key -> { before = rv, after = rv } of our own finalizer writes
-    reconciles = 0, errors = 0, conflicts = 0, requeues = 0, stale = 0, filtered = 0,
+    max_concurrent = concurrency, active = 0, -- reconciles allowed and running at once
+    _departed = {}, -- keys of primaries that left the cache with our finalizer on them
+    reconciles = 0, errors = 0, conflicts = 0, requeues = 0, filtered = 0,
     source_errors = 0, finalizes = 0, last_error = nil,
   }, Controller)
   self.queue = workqueue.new{ name = name, rate_limiter = spec.rate_limiter,
@@ -324,41 +424,22 @@ function Controller:synced()
   return true
 end
 
---- controller:enqueue_all(): every key its sources map their cached objects to (a new leader
--- looks at everything once).
-function Controller:enqueue_all()
+--- controller:enqueue_all([priority]): every key its sources map their cached objects to (a
+-- new leader looks at everything once).
+function Controller:enqueue_all(priority)
   for _, s in ipairs(self.sources) do
-    for _, obj in ipairs(s.informer:store():list()) do add_keys(self, keys_of(self, s, obj)) end
+    for _, obj in ipairs(s.informer:store():list()) do
+      add_keys(self, keys_of(self, s, obj), priority)
+    end
   end
 end
 
 -- ---- processing ----
 
-local function rv_of(obj) return obj and obj.metadata and obj.metadata.resourceVersion end
-
--- Whether cached obj is older than our last finalizer write of key (then it is not acted on).
-local function stale(self, key, obj)
-  local w = self._written[key]
-  if not w then return false end
-  local rv = rv_of(obj)
-  if rv == w.before then return true end
-  local a, b = tonumber(rv), tonumber(w.after)
-  if a and b and a < b then return true end
-  self._written[key] = nil -- the cache caught up (or moved past the write)
-  return false
-end
-
-local function find(list, s)
-  if not list then return nil end
-  for i, v in ipairs(list) do if v == s then return i end end
-end
-
 -- Adds (add = true) or removes this controller's finalizer -> written object | nil, err. An
--- update carrying the cached resourceVersion: a stale copy gets 409 Conflict (retried after the
+-- update carrying the resourceVersion read: a stale copy gets 409 Conflict (retried after the
 -- cache catches up), so another party's finalizer can never be dropped.
 local function write_finalizer(self, obj, add, idx)
-  local c = self.client
-  local opts = { timeout = WRITE_TIMEOUT }
   local copy = to_table(obj)
   local list = copy.metadata.finalizers or {}
   if add then
@@ -367,7 +448,7 @@ local function write_finalizer(self, obj, add, idx)
     table.remove(list, idx)
   end
   copy.metadata.finalizers = list
-  return c:update(self.resource, copy, opts)
+  return self.client:update(self.resource, copy, { timeout = WRITE_TIMEOUT })
 end
 
 local function is_conflict(err)
@@ -375,48 +456,77 @@ local function is_conflict(err)
   return type(err) == "string" and err:find("409 Conflict", 1, true) ~= nil
 end
 
+-- finalize(obj, ctx), then this controller's finalizer off obj -> "done" | nil, err
+local function finalize_and_release(self, obj, ctx, idx)
+  self.finalizes = self.finalizes + 1
+  local ok, r1, r2 = pcall(self.finalize, obj, ctx)
+  if not ok then return nil, r1 end
+  if r1 == nil and r2 ~= nil then return nil, r2 end
+  local res, err = write_finalizer(self, obj, false, idx)
+  if not res and not (type(err) == "table" and err.code == 404) then return nil, err end
+  return "done"
+end
+
 -- The finalizer steps for a cached primary -> "reconcile" (go on, ctx may carry the written
--- object), "done", "stale", or nil, err
-local function finalizer_step(self, key, obj, ctx)
-  if stale(self, key, obj) then return "stale" end
+-- object), "done", or nil, err
+local function finalizer_step(self, obj, ctx)
   local md = obj.metadata
   local idx = find(md.finalizers, self.finalizer)
   if md.deletionTimestamp then
     if not idx then return "done" end -- nothing of ours left: the deletion is someone else's
-    self.finalizes = self.finalizes + 1
-    local ok, r1, r2 = pcall(self.finalize, obj, ctx)
-    if not ok then return nil, r1 end
-    if r1 == nil and r2 ~= nil then return nil, r2 end
-    local res, err = write_finalizer(self, obj, false, idx)
-    if not res then
-      if type(err) == "table" and err.code == 404 then return "done" end
-      return nil, err
-    end
-    self._written[key] = { before = md.resourceVersion, after = rv_of(res) }
-    return "done"
+    return finalize_and_release(self, obj, ctx, idx)
   end
   if idx then return "reconcile" end
   local res, err = write_finalizer(self, obj, true)
   if not res then return nil, err end
-  self._written[key] = { before = md.resourceVersion, after = rv_of(res) }
   ctx._obj = res
   return "reconcile"
 end
 
+-- A primary that left the cache with our finalizer on it: gone, or out of the selection? ->
+-- "done" | nil, err
+local function release_departed(self, key, ctx)
+  local ns, name = split_key(key)
+  local inside, err = self.client:list(self.resource, { namespace = ns ~= "" and ns or nil,
+    label_selector = self.label_selector, field_selector = "metadata.name=" .. name,
+    timeout = WRITE_TIMEOUT })
+  if not inside then return nil, err end
+  if #inside.items > 0 then return "done" end -- still selected: the cache brings it back
+  local obj
+  obj, err = self.client:get(self.resource, key, { timeout = WRITE_TIMEOUT })
+  if not obj then
+    if type(err) == "table" and err.code == 404 then return "done" end
+    return nil, err
+  end
+  local idx = find(obj.metadata.finalizers, self.finalizer)
+  if not idx then return "done" end
+  core.log("info", string_format("controller %s: %s left the selection (%s): finalizing and " ..
+    "removing %s", self.name, key, self.label_selector, self.finalizer))
+  return finalize_and_release(self, obj, ctx, idx)
+end
+
 --- controller:process(key, recorder) -> result: "success", "requeue", "requeue_after",
--- "error" (the queue already updated and done(key) called).
+-- "error" (the queue already updated and done(key) called). Runs in a task of the manager.
 function Controller:process(key, recorder)
   local q = self.queue
   local store = self.primary:store()
-  local obj = store:get_by_key(key)
   local ns, name = split_key(key)
   local ctx = setmetatable({ client = self.client, key = key, controller = self.name,
-                             manager = self.manager, _store = store, _recorder = recorder }, Ctx)
-  local step, err = "reconcile", nil
-  if obj == nil then
-    self._written[key] = nil
-  elseif self.finalizer then
-    step, err = finalizer_step(self, key, obj, ctx)
+                             manager = self.manager, _store = store, _recorder = recorder,
+                             _controller = self }, Ctx)
+  local obj, err = self.manager:_fresh(self.group, self.kind, key, store, self.resource)
+  local step = "reconcile"
+  if err ~= nil then
+    step = nil
+  elseif obj == nil then
+    if self._departed[key] then
+      self._departed[key] = nil
+      step, err = release_departed(self, key, ctx)
+    end
+  else
+    self._departed[key] = nil
+    if self.finalizer then step, err = finalizer_step(self, obj, ctx) end
+    if step == "reconcile" and not ctx._obj then ctx._obj = obj end
   end
   local result
   if step == "reconcile" then
@@ -445,10 +555,6 @@ function Controller:process(key, recorder)
       err = "reconcile returned a " .. type(r1) .. " (nothing, a number of seconds, or nil, err " ..
         "expected)"
     end
-  elseif step == "stale" then
-    self.stale = self.stale + 1
-    q:add_rate_limited(key) -- quietly: the watch brings our write soon
-    result = "requeue"
   elseif step == "done" then
     result = "success"
   end
@@ -479,7 +585,8 @@ function Controller:status()
   local qs = self.queue:status()
   return { name = self.name, resource = self.resource, reconciles = self.reconciles,
            errors = self.errors, conflicts = self.conflicts, requeues = self.requeues,
-           stale_skips = self.stale, filtered = self.filtered,
+           active = self.active, max_concurrent_reconciles = self.max_concurrent,
+           filtered = self.filtered,
            source_errors = self.source_errors, finalizes = self.finalizes,
            last_error = self.last_error, synced = self:synced(), queue = qs }
 end

@@ -173,6 +173,20 @@ function Recorder:_write(e)
   return res, err
 end
 
+--- recorder:discard() -> n: drops every queued Event, counted as dropped (a replica that lost
+-- its lease writes none of what it recorded while it led).
+function Recorder:discard()
+  local n = queued(self)
+  for i = self._qfirst, self._qlast do
+    local e = self._queue[i]
+    self._queue[i] = nil
+    e.queued = false
+  end
+  self._qfirst, self._qlast = 1, 0
+  self._dropped = self._dropped + n
+  return n
+end
+
 --- recorder:flush([max]) -> how many Events it wrote (at most max, default 10). Writes each
 -- queued Event once (its latest count); a failed one goes back to the queue's end until it
 -- failed max_attempts times.

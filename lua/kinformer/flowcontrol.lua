@@ -6,9 +6,9 @@
 -- Contract:
 -- - new(o) takes `qps`, `burst` and `max_retries` out of the client options table o (removing
 --   them: kinformer.core.client does not know them) and raises an argument error of 'client'
---   for a bad value. qps nil or 0: DEFAULT_QPS; qps < 0: no throttling (client-go and
---   controller-runtime read a negative QPS so); burst nil or 0: DEFAULT_BURST; max_retries nil:
---   DEFAULT_MAX_RETRIES, 0: never retry.
+--   for a bad value. qps nil, 0 or < 0: no throttling (client-go and controller-runtime read a
+--   negative QPS so; controller-runtime's default since v0.21); burst nil or 0: 1.5 x qps;
+--   max_retries nil: DEFAULT_MAX_RETRIES, 0: never retry.
 -- - One state per client, used on the Lua thread that owns the client (a Lua state is single
 --   threaded: no lock). throttle() is called before every HTTP request of a REST call, retries
 --   included; it takes a token, sleeping until there is one (a reservation: x/time/rate's Wait).
@@ -25,14 +25,17 @@ local clock = require "kinformer.clock"
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
 local ratelimiter = require "kinformer.workqueue.ratelimiter"
+local task = require "kinformer.task"
 
 local type, setmetatable = type, setmetatable
 local floor = math.floor
 local format = string.format
 
 local _M = {
-  DEFAULT_QPS = 20,          -- controller-runtime's default (client-go's own is 5)
-  DEFAULT_BURST = 30,        -- controller-runtime's default (client-go's own is 10)
+  -- No client-side limit unless qps is set: controller-runtime (since v0.21) leaves the limit
+  -- to the server's API Priority and Fairness, whose 429s with Retry-After are retried here.
+  DEFAULT_QPS = -1,
+  BURST_PER_QPS = 1.5,       -- burst when only qps is set: controller-runtime's old 20 / 30
   DEFAULT_MAX_RETRIES = 10,  -- client-go's rest client maxRetries
   MAX_RETRY_WAIT = 10,       -- seconds: a longer Retry-After is left to the caller
   LONG_THROTTLE = 1,         -- seconds: a throttle wait this long is logged (client-go: 1 s)
@@ -45,6 +48,13 @@ Flow.__index = Flow
 local function bad(msg) argcheck.raise(1, "client", msg) end
 
 local function now() return clock.now() end
+
+-- Waits d seconds: inside a task (kinformer.task) the task yields and the thread goes on.
+local function sleep(d)
+  local t = task.current()
+  if t then return t:sleep(d) end
+  clock.sleep(d)
+end
 
 --- flowcontrol.new(o) -> state (takes o.qps, o.burst, o.max_retries out of o)
 function _M.new(o)
@@ -60,7 +70,7 @@ function _M.new(o)
     bad("option 'max_retries' must be a whole number >= 0")
   end
   if qps == nil or qps == 0 then qps = _M.DEFAULT_QPS end
-  if burst == nil or burst == 0 then burst = _M.DEFAULT_BURST end
+  if burst == nil or burst == 0 then burst = qps > 0 and math.ceil(qps * _M.BURST_PER_QPS) or 0 end
   local bucket
   if qps > 0 then
     bucket = ratelimiter.bucket{ qps = qps, burst = burst, clock = now }
@@ -81,7 +91,7 @@ function Flow:throttle(method, path)
   if d <= 0 then return end
   self.throttled = self.throttled + 1
   self.throttle_wait_total = self.throttle_wait_total + d
-  clock.sleep(d)
+  sleep(d)
   if d >= _M.LONG_THROTTLE then
     core.log("info", format("waited %.2f s for client-side throttling (qps %g, burst %d) "
       .. "before %s %s", d, self.qps, self.burst, method, path))
@@ -106,7 +116,7 @@ function Flow:before_retry(d, code, method, path, retries)
   self.retry_wait_total = self.retry_wait_total + d
   core.log("debug", format("%s %s: %d with Retry-After %g s, retry %d of %d", method, path, code,
     d, retries, self.max_retries))
-  if d > 0 then clock.sleep(d) end
+  if d > 0 then sleep(d) end
 end
 
 --- flow:status(t) -> t with the REST counts added

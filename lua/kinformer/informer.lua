@@ -398,6 +398,12 @@ end
 --- informer:store() -> the informer's cache (read-only: get, get_by_key, list, list_keys,
 -- by_index, index_keys, list_index_func_values, index, len).
 function Informer:store()
+  if not self._started and not self._store_warned then
+    self._store_warned = true -- once: an empty store nobody fills is a trap, not an error
+    core.log("warn", "informer " .. self._name .. ": store() of an informer that was never " ..
+      "started: it stays empty until informer:start() (in a manager, mgr:informer{...} " ..
+      "returns the informers the manager runs and starts)")
+  end
   return self._store
 end
 

@@ -200,6 +200,7 @@ _M.pairs = core.pairs
 
 local LEVELS = { debug = 1, info = 2, warn = 3, error = 4 }
 local threshold = LEVELS.warn -- quiet on success: only warnings and errors by default
+local chosen = false -- set_logger was called
 
 local function stderr_logger(level, msg)
   if (LEVELS[level] or LEVELS.error) >= threshold then
@@ -221,7 +222,14 @@ function _M.set_logger(fn, level)
     end
     threshold = LEVELS[level]
   end
+  chosen = true
   core.set_logger(fn or stderr_logger)
+end
+
+-- The default logger's level for a kinformer.manager (log_level): taken only while the user
+-- chose neither a logger nor a level.
+core.default_log_level = function(level)
+  if not chosen and LEVELS[level] then threshold = LEVELS[level] end
 end
 
 --- kinformer.log(level, message): log through the current logger.

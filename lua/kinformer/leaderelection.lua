@@ -18,8 +18,9 @@
 --   ReleaseOnCancel) so a successor need not wait for it to expire, then runs
 --   on_stopped_leading. After stop(), tick() does nothing.
 -- - Callbacks run inside tick() / stop(); one that raises is logged and the elector goes on.
--- - Each attempt is a blocking request (docs/rest.md) with a timeout of retry_period (at least
---   1 s): not for an nginx request handler.
+-- - Each attempt is a REST call (docs/rest.md) with a timeout of retry_period (at least 1 s):
+--   a blocking request, or inside a task (kinformer.task; a manager ticks its elector so) one
+--   the task waits for while the thread goes on.
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
 local errtext = require "kinformer.errtext"
@@ -271,6 +272,13 @@ end
 --- elector:is_leader() -> true while this replica holds a lease it renewed within renew_deadline
 function Elector:is_leader()
   return self.leading and (self.now() - self.last_renew) < self.renew_deadline
+end
+
+--- elector:leading_until() -> the monotonic time at which is_leader() turns false unless a
+-- renewal succeeds first (nil when not leading)
+function Elector:leading_until()
+  if not self.leading then return nil end
+  return self.last_renew + self.renew_deadline
 end
 
 --- elector:leader() -> the identity of the current holder as last seen, or nil

@@ -5,21 +5,34 @@
 --   its controllers (kinformer.controller), an Event recorder (kinformer.events), optional
 --   leader election on a Lease (kinformer.leader_election) and, when kinformer.metrics is
 --   installed, a metrics registry (and with metrics_address its HTTP server).
--- - Everything runs on the Lua thread that calls step() / run(): informer handlers, reconciles,
---   Event writes, the elector's attempts and the metrics server's requests, one at a time.
---   step() never waits: it dispatches the informers, ticks the elector, runs the reconciles that
---   are ready (up to a batch), writes queued Events and serves pending metrics requests, then
---   returns how long the caller may wait (on mgr:fds()) before the next step is useful.
+-- - Everything runs on the Lua thread that calls step() / run(), and nothing there waits on
+--   the API server: reconciles, the elector's attempts and Event writes run as tasks
+--   (kinformer.task) whose REST calls go to the client's I/O thread; step() resumes the tasks
+--   whose calls finished, dispatches the informers, starts ready reconciles (up to each
+--   controller's max_concurrent_reconciles, never one key twice), serves the metrics server,
+--   then returns how long the caller may wait (on mgr:fds()) before the next step is useful:
+--   the nearest of a delayed key, the elector's next attempt, the end of the lease, a task's
+--   sleep (1 s at most).
 -- - Reconciles start once every informer of the controller synced. With leader election the
 --   elector starts once every controller synced (a new leader starts warm); only the leader
---   reconciles, and leadership is checked before each reconcile (a lost lease stops reconciling
---   at once); every replica keeps its caches and its queues (which coalesce), and a new leader
---   enqueues every key its sources map their caches to.
--- - run() catches SIGINT / SIGTERM (kinformer.catch_signals): at a signal, the reconcile in
---   flight finishes (Lua cannot cut it short: its REST calls carry their timeouts), no other
---   starts, queued Events are written for up to grace_period seconds, the Lease is released and
---   the informers stop. stop() does the same from user code (also from inside a reconcile: it
---   then takes effect when that reconcile returns).
+--   reconciles and writes: every write of a reconcile or of the recorder is checked against
+--   leadership right before it is sent (kinformer.task's guard; a refused one fails with
+--   err.reason "Fenced"), and the moment leadership ends (the lease lost, or not renewed within
+--   renew_deadline, renewal in flight or not) the reconciles in flight are cancelled with their
+--   calls, their keys kept for later, and the queued Events dropped. Every replica keeps its
+--   caches and its queues (which coalesce); a replica that starts leading enqueues every key
+--   its sources map their caches to, at low priority.
+-- - Read-your-own-writes: an object a reconcile wrote through the client (any write that
+--   returned the object) is not read older than that write by a later reconcile: ctx:get()
+--   and the primary handed to a reconcile wait (the task sleeps while the informers catch up)
+--   until the cache holds that resourceVersion or a newer one, for up to RYOW_TIMEOUT, then read
+--   the object from the server instead.
+-- - run() catches SIGINT / SIGTERM (kinformer.catch_signals): at a signal the reconciles in
+--   flight are cancelled (their calls cut), queued Events are written for up to grace_period
+--   seconds, the Lease is released (one GET and one update, each within max(1, retry_period)
+--   seconds) and the informers stop: run returns within grace_period + 2 x max(1,
+--   retry_period) seconds of the signal whatever the API server does. stop() does the same
+--   from user code (also from inside a reconcile: it then takes effect when the step ends).
 -- - Errors in user code (reconcile, finalize, map, predicates, callbacks) are logged and counted,
 --   never raised out of step / run. Wrong arguments raise at the caller's line.
 local core = require "kinformer.core"
@@ -29,18 +42,23 @@ local clock = require "kinformer.clock"
 local controller = require "kinformer.controller"
 local events = require "kinformer.events"
 local leaderelection = require "kinformer.leaderelection"
+local task = require "kinformer.task"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
-local math_min, math_huge, string_format = math.min, math.huge, string.format
+local math_min, math_max, math_huge, string_format = math.min, math.max, math.huge,
+  string.format
 local raise = argcheck.raise
 
 local metrics = require "kinformer.metrics" -- its HTTP server (lua-socket) loads on first use
 
 local BATCH = 500       -- informer:dispatch batch per step
-local RECONCILES = 50   -- most reconciles per step
+local RECONCILES = 50   -- most reconciles started per step
 local STEP_BUDGET = 0.2 -- seconds of reconciles per step (the loop then serves the rest)
-local MAX_WAIT = 0.1    -- longest wait step() suggests: bounds how late a delayed item starts
+local MAX_WAIT = 1      -- longest wait step() suggests (fds wake it earlier)
+local RYOW_TIMEOUT = 2  -- seconds a reconcile waits for the cache to show its own write
+local RYOW_POLL = 0.005 -- seconds between two looks at the cache meanwhile
+local LOW = -100        -- the work queue priority of keys no change caused (controller-runtime's)
 
 local _M = {}
 
@@ -49,7 +67,7 @@ Manager.__index = Manager
 _M.Manager = Manager
 
 local KNOWN = { client = true, leader_election = true, metrics_address = true,
-  grace_period = true, events = true }
+  grace_period = true, events = true, log_level = true }
 local LE_KNOWN = { lease_name = true, namespace = true, identity = true, lease_duration = true,
   renew_deadline = true, retry_period = true, on_started_leading = true,
   on_stopped_leading = true, on_new_leader = true, release_on_cancel = true }
@@ -84,10 +102,16 @@ local function setup_metrics(self, address)
   return true
 end
 
+local writes_allowed -- (defined with the tasks below)
+local LEVELS = { debug = true, info = true, warn = true, error = true }
+
 --- kinformer.manager{ client = client, leader_election = { lease_name =, namespace =, identity =,
 --   lease_duration =, renew_deadline =, retry_period =, on_started_leading =,
 --   on_stopped_leading =, on_new_leader = }, metrics_address = "127.0.0.1:8080",
---   grace_period = 30, events = { component =, burst =, refill =, max_queue = } } -> manager
+--   grace_period = 5, events = { component =, burst =, refill =, max_queue = },
+--   log_level = "info" } -> manager
+-- log_level: the default logger's level from now on (kinformer.set_logger), unless a logger or
+-- a level was set before; false leaves it alone.
 function _M.new(opts)
   local F = "manager"
   opts = argcheck.options(opts, KNOWN, F)
@@ -95,13 +119,23 @@ function _M.new(opts)
   if type(client) ~= "table" or type(client.informer) ~= "function" then
     raise(1, F, "option 'client' (from kinformer.client) required")
   end
-  local grace = argcheck.number(opts, "grace_period", F, 30, 0)
+  local grace = argcheck.number(opts, "grace_period", F, 5, 0)
   local address = argcheck.string(opts, "metrics_address", F)
+  local level = opts.log_level
+  if level == nil then level = "info" end
+  if level ~= false and not LEVELS[level] then
+    raise(1, F, "option 'log_level' must be one of debug, info, warn, error (or false)")
+  end
   local self = setmetatable({
     client = client, grace_period = grace, controllers = {}, _order = {},
-    _informers = {}, _seen = {}, -- the informers of every controller, each once
+    _informers = {}, _seen = {}, -- the informers the manager runs, each once
     _synced = false, _started = false, _stopping = false, _stopped = false, _rr = 1,
+    _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
+    _written = {}, -- "group/Kind ns/name" -> { rv =, at = }: the reconciles' own writes
+    _leading = false, fresh_reads = 0, stale_waits = 0, fenced = 0,
   }, Manager)
+  self._guard = writes_allowed(self)
+  if level and core.default_log_level then core.default_log_level(level) end
   local eopts = opts.events
   if eopts ~= nil and type(eopts) ~= "table" then raise(1, F, "option 'events' must be a table") end
   local ro = { client = client }
@@ -115,13 +149,8 @@ function _M.new(opts)
     for k, v in pairs(le) do lo[k] = v end
     lo.client = client
     lo.clock = function() return clock.now() end
-    lo.on_started_leading = function()
-      safe_call("on_started_leading", le.on_started_leading)
-      log("info", "leading: every key is enqueued once")
-      for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all() end
-    end
+    lo.on_started_leading = function() safe_call("on_started_leading", le.on_started_leading) end
     lo.on_stopped_leading = function()
-      if not self._stopping then log("info", "stopped leading: reconciles paused") end
       safe_call("on_stopped_leading", le.on_stopped_leading,
         self._stopping and "shutdown" or "lost")
     end
@@ -132,27 +161,51 @@ function _M.new(opts)
   return self
 end
 
+-- Registers inf with the manager (started now if the manager runs).
+local function run_informer(self, inf, who)
+  if self._seen[inf] then return end
+  self._seen[inf] = true
+  self._informers[#self._informers + 1] = inf
+  if self._started then -- added to a running manager: it starts now
+    local ok, err = inf:start()
+    if not ok then argcheck.fail(who .. ": " .. tostring(err)) end
+  end
+  metrics.collect_informer(self._registry, inf)
+end
+
 --- mgr:controller{ name, resource, namespace, label_selector, owns, watches, predicates,
---   finalizer, finalize, reconcile, rate_limiter } -> controller (docs/controller.md)
+--   finalizer, finalize, reconcile, rate_limiter, max_concurrent_reconciles } -> controller
+--   (docs/controller.md)
 function Manager:controller(spec)
   if self._stopping then raise(1, "controller", "the manager has stopped") end
   local c = controller.new(self, spec)
   self.controllers[c.name] = c
   self._order[#self._order + 1] = c.name
-  for _, inf in ipairs(c:informers()) do
-    if not self._seen[inf] then
-      self._seen[inf] = true
-      self._informers[#self._informers + 1] = inf
-      if self._started then -- added to a running manager: its new informers start now
-        local ok, err = inf:start()
-        if not ok then argcheck.fail("controller " .. c.name .. ": " .. tostring(err)) end
-      end
-      metrics.collect_informer(self._registry, inf)
-    end
-  end
+  for _, inf in ipairs(c:informers()) do run_informer(self, inf, "controller " .. c.name) end
   metrics.collect_workqueue(self._registry, c.name, c.queue)
   self._synced = false
   return c
+end
+
+--- mgr:informer{ resource =, namespace =, label_selector =, ... } -> informer: the client's
+-- shared informer with these options (client:informer), run by the manager: started with it
+-- (at once if it runs) and dispatched by its steps. The way to the caches a manager keeps for
+-- maps and reconciles (an informer nobody starts stays empty).
+function Manager:informer(opts)
+  if self._stopping then raise(1, "informer", "the manager has stopped") end
+  if type(opts) ~= "table" then raise(1, "informer", "options table expected") end
+  local inf, err = self.client:informer(opts)
+  if not inf then argcheck.fail("manager: informer: " .. tostring(err)) end
+  run_informer(self, inf, "informer")
+  self._synced = false
+  return inf
+end
+
+--- mgr:store(resource [, opts]) -> the store of mgr:informer{ resource = resource, ... }
+function Manager:store(resource, opts)
+  local o = { resource = resource }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return self:informer(o):store()
 end
 
 --- mgr:start() -> true | nil, err: starts the informers (step and run call it).
@@ -171,6 +224,9 @@ function Manager:synced()
   if self._synced then return true end
   for _, name in ipairs(self._order) do
     if not self.controllers[name]:synced() then return false end
+  end
+  for _, inf in ipairs(self._informers) do
+    if not inf:has_synced() then return false end
   end
   self._synced = self._started
   return self._synced
@@ -196,7 +252,7 @@ function Manager:wait_for_sync(timeout)
       end
       return nil, "manager: handlers not synced after " .. tostring(timeout) .. "s", "ETIMEDOUT"
     end
-    local r, sig = core.wait(self:fds(), math_min(MAX_WAIT, deadline - clock.now()))
+    local r, sig = core.wait(self:fds(), math_min(0.1, deadline - clock.now()))
     if r == "signal" then -- kept for run, which then shuts down at once
       self._signal = sig
       return nil, "interrupted by " .. sig, sig
@@ -205,7 +261,8 @@ function Manager:wait_for_sync(timeout)
   return true
 end
 
---- mgr:is_leader() -> true when this replica may reconcile (always, without leader election)
+--- mgr:is_leader() -> true when this replica may reconcile and write (always, without leader
+-- election)
 function Manager:is_leader()
   return not self._elector or self._elector:is_leader()
 end
@@ -216,29 +273,147 @@ local function observe(self, c, result, seconds)
   self._m_time:observe({ controller = c.name }, seconds)
 end
 
--- Runs ready reconciles round-robin over the controllers -> whether work remains ready
+-- ---- read-your-own-writes ----
+
+local function group_of(api_version)
+  if type(api_version) ~= "string" then return nil end
+  return api_version:match("^([^/]*)/") or ""
+end
+
+local function written_key(group, kind, key) return group .. "/" .. kind .. " " .. key end
+
+-- Whether resourceVersion a is the same as or newer than b. resourceVersions are compared as
+-- integers (what kube-apiserver's are); others only for equality.
+local function caught_up(a, b)
+  if a == b then return true end
+  local x, y = tonumber(a), tonumber(b)
+  return x ~= nil and y ~= nil and x >= y
+end
+
+-- The task hook: remembers what a reconcile wrote.
+local function note_write(self, method, obj)
+  local md = type(obj) == "table" and obj.metadata
+  if type(md) ~= "table" or type(md.name) ~= "string" or type(obj.kind) ~= "string"
+      or type(md.resourceVersion) ~= "string" then return end
+  local group = group_of(obj.apiVersion)
+  if not group or obj.kind == "Status" then return end
+  local ns = md.namespace
+  local key = (type(ns) == "string" and ns ~= "") and (ns .. "/" .. md.name) or md.name
+  self._written[written_key(group, obj.kind, key)] = { rv = md.resourceVersion,
+    at = clock.now(), deleted = method == "DELETE" and not md.deletionTimestamp or nil }
+end
+
+--- mgr:_fresh(group, kind, key, store, resource) -> the object to act on | nil (gone) | nil,
+-- err: store's copy, unless this manager's reconciles wrote a newer one: then, inside a task,
+-- waits for the cache (RYOW_TIMEOUT at most) and then reads the server.
+function Manager:_fresh(group, kind, key, store, resource)
+  local obj = store:get_by_key(key)
+  local wk = written_key(group, kind, key)
+  local w = self._written[wk]
+  if not w then return obj end
+  local t = task.current()
+  local waited = false
+  while true do
+    if w.deleted then
+      if obj == nil then break end
+    elseif obj ~= nil and caught_up(obj.metadata.resourceVersion, w.rv) then
+      break
+    end
+    if not t or clock.now() - w.at >= RYOW_TIMEOUT then
+      self._written[wk] = nil
+      self.fresh_reads = self.fresh_reads + 1
+      local got, err = self.client:get(resource, key)
+      if got then return got end
+      if type(err) == "table" and err.code == 404 then return nil end
+      return nil, err
+    end
+    if not waited then self.stale_waits = self.stale_waits + 1 end
+    waited = true
+    t:sleep(RYOW_POLL)
+    obj = store:get_by_key(key)
+    if self._written[wk] ~= w then w = self._written[wk] or w end -- a newer write meanwhile
+  end
+  if self._written[wk] == w then self._written[wk] = nil end
+  return obj
+end
+
+local function prune_written(self, now)
+  if now < (self._prune_at or 0) then return end
+  self._prune_at = now + 1
+  for k, w in pairs(self._written) do
+    if now - w.at > RYOW_TIMEOUT then self._written[k] = nil end
+  end
+end
+
+-- ---- the tasks ----
+
+function writes_allowed(self)
+  return function(method)
+    if method == "GET" then return true end
+    if self._stopping then self.fenced = self.fenced + 1 return nil, "the manager is stopping" end
+    if not self:is_leader() then self.fenced = self.fenced + 1 return nil, "not the leader" end
+    return true
+  end
+end
+
+-- Cancels every reconcile in flight: its call is cut, its key kept (queued again unless the
+-- queue shut down).
+local function cancel_reconciles(self, why)
+  local n = 0
+  for t, r in pairs(self._reconciles) do
+    self._sched:cancel(t)
+    self._reconciles[t] = nil
+    r.c.active = r.c.active - 1
+    r.c.queue:add(r.key, LOW)
+    r.c.queue:done(r.key)
+    n = n + 1
+  end
+  if n > 0 then log("info", string_format("%d reconcile(s) in flight cancelled: %s", n, why)) end
+  if self._events_task then
+    self._sched:cancel(self._events_task)
+    self._events_task = nil
+  end
+end
+
+local function start_reconcile(self, c, key)
+  local t0 = clock.now()
+  local record = { c = c, key = key }
+  c.active = c.active + 1
+  local t
+  t = self._sched:spawn(function() return c:process(key, self._recorder) end, {
+    name = c.name .. " " .. key, guard = self._guard,
+    on_write = function(method, _, obj) note_write(self, method, obj) end,
+    on_done = function(ok, result)
+      if t then self._reconciles[t] = nil end
+      record.done = true
+      c.active = c.active - 1
+      if not ok then -- process protects user code: this is the manager's own failure
+        log("error", "reconcile " .. key .. " of " .. c.name .. " failed: " .. errtext(result))
+        c.queue:add_rate_limited(key)
+        c.queue:done(key)
+        result = "error"
+      end
+      observe(self, c, result, clock.now() - t0)
+    end })
+  if t and not record.done then self._reconciles[t] = record end
+end
+
+-- Starts ready reconciles round-robin over the controllers, up to each one's concurrency ->
+-- whether work remains ready
 local function reconcile_some(self)
   local order, n = self._order, #self._order
   if n == 0 then return false end
   local t0 = clock.now()
-  local done = 0
-  local idle = 0
-  while done < RECONCILES and idle < n do
+  local started, idle = 0, 0
+  while started < RECONCILES and idle < n do
     local i = self._rr
     self._rr = i % n + 1
     local c = self.controllers[order[i]]
-    local key = c:synced() and c.queue:get(0)
+    local key = c.active < c.max_concurrent and c:synced() and c.queue:get(0)
     if key then
       idle = 0
-      if not self:is_leader() or self._stopping then
-        c.queue:add(key) -- kept for when it leads (or dropped by the shut-down queue)
-        c.queue:done(key)
-        return false
-      end
-      local t = clock.now()
-      local result = c:process(key, self._recorder)
-      observe(self, c, result, clock.now() - t)
-      done = done + 1
+      start_reconcile(self, c, key)
+      started = started + 1
       if self._catching then
         local sig = core.take_signal()
         if sig then
@@ -246,15 +421,66 @@ local function reconcile_some(self)
           return false
         end
       end
-      if self._stop_requested or clock.now() - t0 >= STEP_BUDGET then break end
+      if self._stop_requested or not self:is_leader() or clock.now() - t0 >= STEP_BUDGET then
+        break
+      end
     else
       idle = idle + 1
     end
   end
   for _, name in ipairs(order) do
-    if self.controllers[name].queue:len() > 0 then return true end
+    local c = self.controllers[name]
+    if c.active < c.max_concurrent and c.queue:next_due() == 0 then return true end
   end
   return false
+end
+
+-- The elector's attempts run in a task of their own: a slow API server delays the renewal, not
+-- the loop (and is_leader() turns false at the renew deadline meanwhile).
+local function tick_elector(self)
+  if self._elector_task then return end
+  local t
+  t = self._sched:spawn(function() return self._elector:tick() end, {
+    name = "leader election",
+    on_done = function(ok, due)
+      self._elector_task = nil
+      if not ok then log("error", "leader election raised: " .. errtext(due)) due = 1 end
+      self._elector_due = clock.now() + (due or 1)
+    end })
+  if t then self._elector_task = t end
+end
+
+local function flush_events(self)
+  if self._events_task or self._recorder:pending() == 0 then return end
+  local t
+  t = self._sched:spawn(function() return self._recorder:flush(10) end, {
+    name = "events", guard = function(method)
+      if method ~= "GET" and not self:is_leader() then return nil, "not the leader" end
+      return true
+    end,
+    on_done = function(ok, err)
+      self._events_task = nil
+      if not ok then log("error", "writing Events raised: " .. errtext(err)) end
+    end })
+  if t then self._events_task = t end
+end
+
+-- Leadership changes seen by the loop (the elector's callbacks run inside its task).
+local function follow_leadership(self)
+  local leading = self:is_leader()
+  if leading == self._leading then return leading end
+  self._leading = leading
+  if leading then
+    if not self._elector then return leading end -- the informers' adds queued every key
+    log("info", "leading: every key is enqueued once")
+    for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all(LOW) end
+  else
+    log("warn", "not the leader any more: reconciles and writes stop")
+    cancel_reconciles(self, "leadership lost")
+    local n = self._recorder:discard()
+    if n > 0 then log("info", n .. " queued Event(s) dropped: written by the leader only") end
+  end
+  return leading
 end
 
 --- mgr:step() -> seconds the caller may wait before the next step (0: work is ready) | nil,
@@ -278,44 +504,82 @@ function Manager:_step()
     if not ok then return nil, err, code end
   end
   local busy = false
+  local sleep = self._sched:step() -- tasks whose calls finished go on
   for _, inf in ipairs(self._informers) do
     if not inf:is_stopped() and inf:dispatch(BATCH) >= BATCH then busy = true end
   end
-  local due = MAX_WAIT
+  local now = clock.now()
+  local due = math_min(MAX_WAIT, sleep)
   local synced = self:synced()
-  if synced and self._elector and not self._stopping then
-    due = math_min(due, self._elector:tick())
+  local el = self._elector
+  if synced and el and not self._stopping then
+    if now >= (self._elector_due or 0) then tick_elector(self) end
+    due = math_min(due, math_max(0, (self._elector_due or now) - now))
   end
-  if synced and self:is_leader() and not self._stopping and not self._stop_requested then
+  local leading = synced and follow_leadership(self)
+  if leading and el then
+    local until_ = el:leading_until()
+    if until_ then due = math_min(due, math_max(0, until_ - clock.now())) end
+  end
+  if leading and not self._stopping and not self._stop_requested then
     if reconcile_some(self) then busy = true end
+    for _, name in ipairs(self._order) do
+      local c = self.controllers[name]
+      if c.active < c.max_concurrent then due = math_min(due, c.queue:next_due()) end
+    end
   end
-  if self._recorder:pending() > 0 then self._recorder:flush(10) end
+  if leading then flush_events(self) end
+  prune_written(self, now)
   if self._metrics_server then self._metrics_server:step() end
   if busy then return 0 end
-  return due
+  return math_max(0, due)
 end
 
 --- mgr:fds() -> the file descriptors step() has work for when readable (the informers', the
--- metrics server's)
+-- client's finished calls', the metrics server's)
 function Manager:fds()
   local out = {}
   for _, inf in ipairs(self._informers) do
     if not inf:is_stopped() then out[#out + 1] = inf:fd() end
   end
+  out[#out + 1] = self._sched:fd()
   if self._metrics_server then -- the listener and each open connection (a slow client's rest)
     for _, fd in ipairs(self._metrics_server:fds()) do out[#out + 1] = fd end
   end
   return out
 end
 
+-- Runs the scheduler until fn() is true or the deadline passed (shutdown only).
+local function drive_until(self, fn, deadline)
+  while not fn() and clock.now() < deadline do
+    local w = self._sched:step()
+    if fn() then break end
+    local left = deadline - clock.now()
+    if left <= 0 then break end
+    core.wait({ self._sched:fd() }, math_min(w, left, 0.05))
+  end
+end
+
 function Manager:_shut_down(reason)
   if self._stopped then return end
   self._stopping = true
+  cancel_reconciles(self, "shutting down")
+  if self._elector_task then
+    self._sched:cancel(self._elector_task)
+    self._elector_task = nil
+  end
   for _, name in ipairs(self._order) do self.controllers[name].queue:shut_down() end
   local deadline = clock.now() + self.grace_period
-  while self._recorder:pending() > 0 and clock.now() < deadline do
-    if self._recorder:flush(10) == 0 then break end
+  if self:is_leader() then
+    while self._recorder:pending() > 0 and clock.now() < deadline do
+      flush_events(self)
+      drive_until(self, function() return self._events_task == nil end, deadline)
+      if self._recorder:pending() > 0 and self._events_task == nil then
+        break -- nothing written: the server is unreachable
+      end
+    end
   end
+  if self._events_task then self._sched:cancel(self._events_task) end
   if self._elector then self._elector:stop() end
   for _, name in ipairs(self._order) do self.controllers[name]:_shut_down() end
   for _, inf in ipairs(self._informers) do inf:stop() end
@@ -326,7 +590,7 @@ function Manager:_shut_down(reason)
 end
 
 --- mgr:stop([reason]) -> graceful shutdown (see the contract); from inside a reconcile it takes
--- effect when that reconcile returned.
+-- effect when the step ends.
 function Manager:stop(reason)
   reason = reason or "stopped"
   if self._in_step then
@@ -384,13 +648,18 @@ end
 function Manager:elector() return self._elector end
 
 --- mgr:status() -> { synced, leader, stopped, controllers = { name = controller:status() },
---   events = recorder:status(), leader_election = elector:status() }
+--   events = recorder:status(), leader_election = elector:status(), fenced, stale_waits,
+--   fresh_reads }
 function Manager:status()
   local cs = {}
   for _, name in ipairs(self._order) do cs[name] = self.controllers[name]:status() end
   return { synced = self:synced(), leader = self:is_leader(), stopped = self._stopped,
            controllers = cs, events = self._recorder:status(),
-           leader_election = self._elector and self._elector:status() or nil }
+           leader_election = self._elector and self._elector:status() or nil,
+           fenced = self.fenced, stale_waits = self.stale_waits, fresh_reads = self.fresh_reads }
 end
+
+_M.LOW = LOW
+_M.RYOW_TIMEOUT = RYOW_TIMEOUT
 
 return _M

@@ -35,6 +35,7 @@ local resources = require "kinformer.resources"
 local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
 local clock = require "kinformer.clock"
+local task = require "kinformer.task"
 local raise = argcheck.raise
 
 local DEFAULT_TIMEOUT = 30 -- seconds for a whole call, retries included (csrc/request.h's too)
@@ -191,9 +192,33 @@ local function call_with_body(self, method, path, body, ctype, opts)
   local retries, timeout = 0, budget
   while true do
     flow:throttle(method, path)
+    local t = task.current()
+    if t then -- asked right before sending (a throttle wait may have changed the answer)
+      local ok, why = t:may_send(method, path)
+      if not ok then
+        return nil, new_error{ code = 0, reason = "Fenced", method = method, path = path,
+                               retries = retries,
+                               message = ("%s %s: not sent: %s"):format(method, path, why) }
+      end
+    end
     local t1 = clock.now()
-    local status, resp, retry_after = core_client:request(method, path, body, ctype, timeout,
-                                                          opts.max_response_bytes)
+    local status, resp, retry_after
+    if t then -- the I/O thread sends it; the task waits, the thread goes on
+      local c, cerr, ccode = core_client:call(method, path, body, ctype, timeout,
+                                              opts.max_response_bytes)
+      if c then
+        status, resp, retry_after = t:await(c)
+      else
+        status, resp, retry_after = nil, cerr, ccode
+      end
+      if status == nil and retry_after == "ECANCELED" then -- the task is being cancelled
+        return nil, new_error{ code = 0, reason = "Fenced", method = method, path = path,
+                               retries = retries, message = ("%s %s: cancelled"):format(method, path) }
+      end
+    else
+      status, resp, retry_after = core_client:request(method, path, body, ctype, timeout,
+                                                      opts.max_response_bytes)
+    end
     local obs = self._observer -- _M.observe: kinformer.metrics's request counts and latency
     if obs then obs(method, status or 0, clock.now() - t1) end
     if status == nil then
@@ -204,6 +229,7 @@ local function call_with_body(self, method, path, body, ctype, opts)
     end
     if status >= 200 and status < 300 then
       local v, err = decode_ok(resp, method, path)
+      if t and v and method ~= "GET" and t.on_write then t.on_write(method, path, v) end
       return v, err, resp
     end
     local left = budget - (clock.now() - t0)
