@@ -309,6 +309,19 @@ describe("kinformer.objects against the API server", function()
     assert.equal("AlreadyExists", op.reason)
   end)
 
+  it("create_or_update of an object without namespace: the client's namespace", function()
+    local obj = { metadata = { name = "no-namespace" } }
+    local res, op = objects.create_or_update(client, "configmaps", obj, set_data({ v = "1" }))
+    assert.equal("created", op)
+    assert.equal("default", res.metadata.namespace)
+    res, op = objects.create_or_update(client, "configmaps", { metadata = { name = "no-namespace" } },
+      set_data({ v = "1" }))
+    assert.equal("unchanged", op)
+    assert.same({ "GET /api/v1/namespaces/default/configmaps/no-namespace",
+                  "POST /api/v1/namespaces/default/configmaps",
+                  "GET /api/v1/namespaces/default/configmaps/no-namespace" }, log())
+  end)
+
   it("create_or_update returns mutate's error and the read's error, writing nothing", function()
     local ns = new_ns()
     local res, err = objects.create_or_update(client, "configmaps", cm(ns, "c"),
@@ -328,6 +341,11 @@ describe("kinformer.objects against the API server", function()
     end)
     assert.is_false(ok)
     assert.truthy(msg:find(THIS .. "create_or_update: mutate may not change", 1), msg)
+    ok, msg = pcall(function()
+      objects.create_or_update(client, "configmaps", cached(cm(ns, "c")), set_data({}))
+    end)
+    assert.truthy(msg:find(THIS .. "bad argument #3 to 'create_or_update' %(the object is "
+      .. "read%-only"), msg)
     ok, msg = pcall(function() objects.create_or_update(client, "configmaps", cm(ns, "c")) end)
     assert.truthy(msg:find(THIS .. "bad argument #4 to 'create_or_update' %(mutate function "
       .. "expected, got nil%)"), msg)

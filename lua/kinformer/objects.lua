@@ -326,12 +326,19 @@ local function read_current(fname, client, resource, ns, name, opts)
   return nil, err
 end
 
+local function name_ns(md)
+  if type(md) ~= "table" then return nil, nil end
+  local ns = md.namespace
+  return md.name, (ns ~= "" and ns or nil)
+end
+
 -- Runs mutate(target, current) -> true | nil, err; raises when mutate renamed the object.
-local function run_mutate(mutate, target, current, name, ns)
+local function run_mutate(mutate, target, current)
+  local name, ns = name_ns(target.metadata)
   local ok, err = mutate(target, current)
   if ok == nil and err ~= nil then return nil, err end
-  local md = target.metadata
-  if type(md) ~= "table" or md.name ~= name or (md.namespace ~= "" and md.namespace or nil) ~= ns then
+  local name2, ns2 = name_ns(target.metadata)
+  if name2 ~= name or ns2 ~= ns then
     argcheck.fail("create_or_update: mutate may not change the object's metadata.name or "
       .. "metadata.namespace")
   end
@@ -355,6 +362,10 @@ local WRITE_OPTS = { "field_manager", "dry_run", "timeout" }
 function _M.create_or_update(client, resource, obj, mutate, opts)
   check_client("create_or_update", client)
   local name, ns = check_named("create_or_update", 3, obj)
+  if is_cached(obj) then
+    raise(3, "create_or_update", "the object is read-only (from a cache): pass a table that "
+      .. "names the object")
+  end
   if type(mutate) ~= "function" then
     raise(4, "create_or_update", "mutate function expected, got " .. type(mutate))
   end
@@ -364,14 +375,14 @@ function _M.create_or_update(client, resource, obj, mutate, opts)
   local current, err = read_current("create_or_update", client, resource, ns, name, opts)
   if current == nil then return nil, err end
   if current == false then
-    local ok, merr = run_mutate(mutate, obj, nil, name, ns)
+    local ok, merr = run_mutate(mutate, obj, nil)
     if not ok then return nil, merr end
     local created, cerr = client:create(resource, obj, wopts)
     if not created then return nil, cerr end
     return created, "created"
   end
   local before, copy = to_table(current), to_table(current)
-  local ok, merr = run_mutate(mutate, copy, current, name, ns)
+  local ok, merr = run_mutate(mutate, copy, current)
   if not ok then return nil, merr end
   if equal(before, copy) then return current, "unchanged" end
   local updated, uerr = client:update(resource, copy, wopts)
