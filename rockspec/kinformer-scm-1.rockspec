@@ -61,6 +61,7 @@ build = {
     ["kinformer.controller"] = "lua/kinformer/controller.lua",
     ["kinformer.predicates"] = "lua/kinformer/predicates.lua",
     ["kinformer.events"] = "lua/kinformer/events.lua",
+    ["kinformer.objects"] = "lua/kinformer/objects.lua",
     ["kinformer.ngx"] = "lua/kinformer/ngx.lua",
     ["kinformer.ngx.process"] = "lua/kinformer/ngx/process.lua",
     ["kinformer.ngx.view"] = "lua/kinformer/ngx/view.lua",
