@@ -284,7 +284,9 @@ describe("workqueue", function()
         assert.same({}, keys(m.t))
         assert.equals(0, m.live)
       end
-      assert.same({}, keys(q._ring))
+      local r = q._ready
+      assert.same({}, keys(r.levels[1].ring))
+      assert.equals(0, r.n)
       assert.same({}, q._heap)
       -- deleted keys linger as false only until they outnumber the live ones
       for i = 1, 1000 do q:add("k" .. i) end
@@ -292,7 +294,7 @@ describe("workqueue", function()
       local n = 0
       for _ in pairs(q._dirty.t) do n = n + 1 end
       assert.is_true(n <= 65, n .. " keys left in the dirty set's table")
-      assert.equals(16, #q._ring, "the ring shrank back")
+      assert.equals(2 * 16, #r.levels[1].ring, "the ring shrank back")
     end)
 
     it("matches a plain model of client-go's queue over 20000 random operations", function()
@@ -858,7 +860,8 @@ describe("workqueue", function()
       c.step(4)
       local st = q:status()
       assert.same({
-        name = "pods", length = 0, depth = 1, waiting = 1, in_flight = 2,
+        name = "pods", length = 0, depth = 1, depth_by_priority = { [0] = 1 }, waiting = 1,
+        in_flight = 2,
         adds = 3, retries = 1, gets = 2, dones = 0,
         queue_seconds_total = 2 + 3, work_seconds_total = 0,
         unfinished_work_seconds = 5 + 4, longest_running_processor_seconds = 5,

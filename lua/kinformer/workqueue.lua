@@ -3,19 +3,34 @@
 -- Contract (client-go semantics, docs/workqueue.md):
 -- - Items are strings (object keys). An item is queued at most once: it is "dirty" from add until
 --   a worker gets it. An item added while a worker processes it is not handed to a second worker;
---   it is queued again when that worker calls done(item). add of a queued item is a no-op.
+--   it is queued again when that worker calls done(item). add of a queued item is a no-op but
+--   for its priority (below).
 -- - add_after(item, s) holds the item in a min-heap of ready times (kinformer.workqueue.heap);
 --   a second add_after of a waiting item only ever moves it earlier. add_rate_limited(item) is
 --   add_after(item, limiter:when(item)); forget / num_requeues ask the rate limiter.
+-- - Priorities, after controller-runtime's priority queue (pkg/controller/priorityqueue): every
+--   add takes an integer priority, default 0 (controller-runtime uses -100 for the keys of an
+--   initial list or a resync). get hands out the highest priority first, FIFO within one
+--   priority (by when the item became ready there). A dirty item has one priority, the highest
+--   it was added with since it became dirty: an add at a higher priority promotes a queued item
+--   (to the end of its new priority), a lower one changes nothing. An item added while it is
+--   processed is queued at done() with that priority. A delayed item keeps the highest priority
+--   of its add_after calls and is added with it when due. Anti-starvation (the `anti_starvation`
+--   option, N, default 10): while an item of lower priority than the highest is ready, at least
+--   one in every N items get hands out is the lower-priority item that became ready first
+--   (kinformer.workqueue.ready has the exact rule). With priority 0 only, this is client-go's
+--   FIFO, at its cost.
 -- - shut_down(): adds are ignored and waiting (delayed) items dropped; get still hands out what is
 --   queued and returns nil, "shutdown" once the queue is empty. shut_down_with_drain() also waits
 --   until every item handed out is done.
 --
 -- Threads: none. Everything runs on the caller's thread. Delayed items move to the queue lazily,
--- when an operation looks at the queue (add, get, done, len, status, ...), so the order is the
--- one client-go's timer goroutine would produce. get() blocks only while it waits for the next
--- delayed item, the timeout, or the informers it dispatches (their handlers may add items); it
--- waits with core.wait on the informers' fds, or with the `wait` option (e.g. a coroutine yield).
+-- when an operation looks at the queue (add, get, done, len, status, next_due, ...), so the
+-- order is the one client-go's timer goroutine would produce; an item due at t is ready for any
+-- operation whose clock reads >= t, and next_due() says how long to sleep until one is. get()
+-- blocks only while it waits for the next delayed item, the timeout, or the informers it
+-- dispatches (their handlers may add items); it waits with core.wait on the informers' fds, or
+-- with the `wait` option (e.g. a coroutine yield).
 --
 -- The rate limiters live in kinformer.workqueue.ratelimiter; this module re-exports their
 -- constructors under client-go's names.
@@ -23,19 +38,24 @@ local core = require "kinformer.core"
 local argcheck = require "kinformer.argcheck"
 local map = require "kinformer.workqueue.map"
 local heap = require "kinformer.workqueue.heap"
+local ready = require "kinformer.workqueue.ready"
 local ratelimiter = require "kinformer.workqueue.ratelimiter"
 
-local type, pairs, ipairs, setmetatable = type, pairs, ipairs, setmetatable
+local type, pairs, ipairs, setmetatable, tostring = type, pairs, ipairs, setmetatable, tostring
 local math_huge, math_floor, string_format = math.huge, math.floor, string.format
 
 local core_now, core_wait, core_take_signal = core.now, core.wait, core.take_signal
 local raise, fail = argcheck.raise, argcheck.fail
 local map_new, map_put, map_del = map.new, map.put, map.del
 local heap_up, heap_pop = heap.up, heap.pop
+local ready_new, ready_push, ready_pop = ready.new, ready.push, ready.pop
+local ready_promote, ready_counts = ready.promote, ready.counts
 local is_limiter = ratelimiter.is_limiter
 
 local MAX_WAIT = 0.1   -- longest single wait: bounds how late an add from elsewhere is seen
 local BATCH = 100      -- informer:dispatch batch per look at the queue
+local MAX_PRIORITY = 2^53 -- priorities are integers of at most this size (exact in LuaJIT too)
+local ANTI_STARVATION = 10
 
 local _M = { _VERSION = core._VERSION }
 
@@ -52,6 +72,17 @@ local function check_item(item, fname)
   if type(item) ~= "string" then raise(1, fname, "string expected, got " .. type(item)) end
 end
 
+-- The priority argument n of fname: nil is 0; an integral float becomes an integer on Lua 5.4.
+local function check_priority(p, n, fname)
+  if p == nil then return 0 end
+  local i = type(p) == "number" and math_floor(p)
+  if i ~= p or i < -MAX_PRIORITY or i > MAX_PRIORITY then
+    raise(n, fname, "priority must be an integer, got "
+      .. (type(p) == "number" and tostring(p) or type(p)))
+  end
+  return i
+end
+
 local function check_timeout(t, fname)
   if t ~= nil and (type(t) ~= "number" or not (t >= 0)) then
     raise(1, fname, "timeout must be nil or a number of seconds >= 0")
@@ -60,34 +91,30 @@ end
 
 -- ---- the queue ----
 
-local RING_MIN = 16 -- slots; the ring doubles when full and halves below a quarter full
-
--- Slots hold false when empty, so every index stays in the table's array part.
-local function new_ring(cap)
-  local r = {}
-  for i = 1, cap do r[i] = false end
-  return r
-end
-
 local Queue = {}
 Queue.__index = Queue
 _M.Queue = Queue
 
 --- workqueue.new{ name = "...", rate_limiter = limiter, informers = { inf, ... },
---                 clock = fn, wait = fn } -> queue
+--                 clock = fn, wait = fn, anti_starvation = N } -> queue
 -- Also callable as kinformer.workqueue{ ... } (the module table is callable).
 -- rate_limiter: default workqueue.default_rate_limiter (on the queue's clock).
 -- informers: dispatched by get() and shut_down_with_drain() while they wait (and once per get).
 -- clock: fn() -> seconds (monotonic; default core.now). wait: fn(fds, seconds) waits up to
 -- seconds for one of the fds to be readable (default core.wait); a wait that yields a coroutine
--- lets other coroutines add and call done while get() waits.
+-- lets other coroutines add and call done while get() waits. anti_starvation: N, an integer
+-- >= 2 (default 10), or false for strict priority order (the contract above).
 function _M.new(opts)
   local F = "workqueue"
   opts = argcheck.options(opts, { name = true, rate_limiter = true, informers = true,
-    clock = true, wait = true }, F)
+    clock = true, wait = true, anti_starvation = true }, F)
   argcheck.string(opts, "name", F)
   local clock = argcheck.func(opts, "clock", F)
   local wait = argcheck.func(opts, "wait", F)
+  local every = false
+  if opts.anti_starvation ~= false then
+    every = argcheck.number(opts, "anti_starvation", F, ANTI_STARVATION, 2, false, true)
+  end
   local limiter = opts.rate_limiter
   if limiter == nil then
     limiter = _M.default_rate_limiter{ clock = clock }
@@ -118,14 +145,14 @@ function _M.new(opts)
     _now = clock or core_now,
     _wait = wait or core_wait,
     _custom_wait = wait ~= nil,
-    -- the FIFO of ready items, a ring: _n items from _ring[_first], wrapping at _cap; every
-    -- item in it is dirty and not processing
-    _ring = new_ring(RING_MIN), _first = 1, _n = 0, _cap = RING_MIN,
-    _dirty = map_new(),      -- item -> true: needs processing (queued, or queued again at done)
+    -- the ready items by priority (kinformer.workqueue.ready); every item in it is dirty and
+    -- not processing, at its dirty priority
+    _ready = ready_new(every),
+    _dirty = map_new(),      -- item -> its priority: needs processing (queued, or at done)
     _processing = map_new(), -- item -> time get() handed it out
     _added_at = map_new(),   -- item -> time it became dirty (queue latency)
     _heap = {},              -- delayed entries, earliest first
-    _waiting = map_new(),    -- item -> its heap entry
+    _waiting = map_new(),    -- item -> its heap entry { item, at, seq, prio, pos }
     _seq = 0,
     _shutting_down = false, _drain = false,
     _adds = 0, _retries = 0, _gets = 0, _dones = 0, _queue_seconds = 0, _work_seconds = 0,
@@ -134,53 +161,37 @@ end
 
 setmetatable(_M, { __call = function(_, opts) return _M.new(opts) end })
 
--- Moves the ring's items, in order, to a new ring of cap slots.
-local function resize(self, cap)
-  local ring, first, old_cap = self._ring, self._first, self._cap
-  local fresh = new_ring(cap)
-  for j = 1, self._n do
-    local i = first + j - 1
-    if i > old_cap then i = i - old_cap end
-    fresh[j] = ring[i]
-  end
-  self._ring, self._first, self._cap = fresh, 1, cap
-end
-
-local function push(self, item)
-  local n, cap = self._n, self._cap
-  if n == cap then
-    cap = cap * 2
-    resize(self, cap)
-  end
-  local i = self._first + n
-  if i > cap then i = i - cap end
-  self._ring[i] = item
-  self._n = n + 1
-end
-
-local function pop(self)
-  local ring, first, cap = self._ring, self._first, self._cap
-  local item = ring[first]
-  ring[first] = false
-  first = first + 1
-  if first > cap then first = 1 end
-  self._first = first
-  local n = self._n - 1
-  self._n = n
-  if cap > RING_MIN and n < cap / 4 then resize(self, math_floor(cap / 2)) end
-  return item
-end
-
--- client-go Add: the item becomes dirty and, unless a worker holds it, queued.
-local function insert(self, item, t)
+-- client-go Add: the item becomes dirty at priority prio and, unless a worker holds it,
+-- queued. A dirty item only takes the higher priority.
+local function insert(self, item, t, prio)
+  if self._shutting_down then return end
   local dirty = self._dirty
-  if self._shutting_down or dirty.t[item] then return end
+  local cur = dirty.t[item]
+  if cur then
+    if prio > cur then
+      dirty.t[item] = prio
+      if not self._processing.t[item] then ready_promote(self._ready, item, cur, prio) end
+    end
+    return
+  end
   self._adds = self._adds + 1
-  map_put(dirty, item, true)
+  map_put(dirty, item, prio)
   local added_at = self._added_at
   if not added_at.t[item] then map_put(added_at, item, t) end
   if self._processing.t[item] then return end
-  push(self, item)
+  ready_push(self._ready, item, prio)
+end
+
+-- Seconds from t until at, rounded up so that a clock reading t + the result finds at passed
+-- (at - t can round down, and a caller that sleeps exactly that long must find the item due).
+local function due_in(at, t)
+  local d = at - t
+  local step = at - (t + d)
+  while t + d < at do
+    d = d + step
+    step = step * 2
+  end
+  return d
 end
 
 -- Moves every delayed item whose time has come into the queue, earliest first. Returns the
@@ -192,7 +203,7 @@ local function fire(self, t)
   while h[1] and h[1].at <= t do
     local e = heap_pop(h)
     map_del(self._waiting, e.item)
-    insert(self, e.item, t)
+    insert(self, e.item, t, e.prio)
   end
   return t
 end
@@ -221,32 +232,38 @@ end
 local function wait_once(self, t, deadline, busy)
   local w = busy and 0 or deadline - t
   local h = self._heap
-  if h[1] and h[1].at - t < w then w = h[1].at - t end
+  if h[1] and h[1].at - t < w then w = due_in(h[1].at, t) end
   if w > MAX_WAIT then w = MAX_WAIT end
   if w < 0 then w = 0 end
   local r, sig = self._wait(fds(self), w)
   if r == "signal" then return sig end
 end
 
---- queue:add(item): marks item as needing processing (no-op if it is queued already, or after
--- shut_down).
-function Queue:add(item)
+--- queue:add(item [, priority]): marks item as needing processing at priority (an integer,
+-- default 0; higher is served first). If item is queued already, only a higher priority
+-- changes something: the item moves to it. No-op after shut_down.
+function Queue:add(item, priority)
   check_item(item, "add")
-  insert(self, item, fire(self) or self._now())
+  local p = 0
+  if priority ~= nil then p = check_priority(priority, 2, "add") end
+  insert(self, item, fire(self) or self._now(), p)
 end
 
---- queue:add_after(item, seconds): adds item once seconds have passed (at once if seconds <= 0).
--- An item already waiting keeps the earlier of its two times.
-function Queue:add_after(item, seconds)
+--- queue:add_after(item, seconds [, priority]): adds item at priority (default 0) once seconds
+-- have passed (at once if seconds <= 0). An item already waiting keeps the earlier of its two
+-- times and the higher of its two priorities.
+function Queue:add_after(item, seconds, priority)
   check_item(item, "add_after")
   if type(seconds) ~= "number" or seconds ~= seconds then
     raise(2, "add_after", "number of seconds expected, got " .. type(seconds))
   end
+  local p = 0
+  if priority ~= nil then p = check_priority(priority, 3, "add_after") end
   if self._shutting_down then return end
   self._retries = self._retries + 1
   local t = fire(self) or self._now()
   if seconds <= 0 then
-    insert(self, item, t)
+    insert(self, item, t, p)
     return
   end
   local at = t + seconds
@@ -256,21 +273,24 @@ function Queue:add_after(item, seconds)
       e.at = at
       heap_up(self._heap, e.pos)
     end
+    if p > e.prio then e.prio = p end
     return
   end
   self._seq = self._seq + 1
-  e = { item = item, at = at, seq = self._seq }
+  e = { item = item, at = at, seq = self._seq, prio = p }
   local h = self._heap
   h[#h + 1] = e
   heap_up(h, #h)
   map_put(self._waiting, item, e)
 end
 
---- queue:add_rate_limited(item): add_after(item, rate_limiter:when(item)); the limiter counts a
--- failure of item (even after shut_down, as client-go).
-function Queue:add_rate_limited(item)
+--- queue:add_rate_limited(item [, priority]): add_after(item, rate_limiter:when(item),
+-- priority); the limiter counts a failure of item (even after shut_down, as client-go).
+function Queue:add_rate_limited(item, priority)
   check_item(item, "add_rate_limited")
-  return self:add_after(item, self._limiter:when(item))
+  local p = 0
+  if priority ~= nil then p = check_priority(priority, 2, "add_rate_limited") end
+  return self:add_after(item, self._limiter:when(item), p)
 end
 
 --- queue:forget(item): the rate limiter stops tracking item (its failures go back to 0). It does
@@ -289,11 +309,25 @@ end
 --- queue:len() -> number of items ready to be handed out.
 function Queue:len()
   fire(self)
-  return self._n
+  return self._ready.n
+end
+
+--- queue:next_due() -> seconds until get can hand out an item that is not ready yet: 0 when one
+-- is ready now, the time until the earliest delayed item is due, math.huge when nothing is
+-- ready or delayed (items in flight that were added again come back at their done). A loop
+-- that sleeps this long (with nothing else to wait for) finds that item ready: the result is
+-- rounded up, never down, against the queue's clock.
+function Queue:next_due()
+  local t = fire(self)
+  if self._ready.n > 0 then return 0 end
+  local h = self._heap
+  if h[1] == nil then return math_huge end
+  return due_in(h[1].at, t)
 end
 
 --- queue:get([timeout]) -> item | nil, "shutdown" | nil, "timeout"
--- Hands out the next item (call done(item) when finished with it). While the queue is empty it
+-- Hands out the next item: the highest priority first, FIFO within one, anti-starvation aside
+-- (the contract above); call done(item) when finished with it. While the queue is empty it
 -- waits up to timeout seconds (nil: until an item or shut down) for a delayed item to become
 -- ready or for the informers' handlers to add one; after shut_down it still hands out what is
 -- queued, then returns nil, "shutdown". Raises if nothing could ever end the wait (no timeout,
@@ -314,8 +348,9 @@ function Queue:get(timeout)
     local busy = informers and dispatch(self)
     local t = self._now()
     fire(self, t)
-    if self._n > 0 then
-      local item = pop(self)
+    local r = self._ready
+    if r.n > 0 then
+      local item = ready_pop(r)
       map_put(self._processing, item, t)
       map_del(self._dirty, item)
       self._gets = self._gets + 1
@@ -354,7 +389,8 @@ function Queue:done(item)
   self._work_seconds = self._work_seconds + (t - started)
   local m = self._metrics
   if m then m.work_duration(t - started) end
-  if self._dirty.t[item] then push(self, item) end
+  local p = self._dirty.t[item]
+  if p then ready_push(self._ready, item, p) end
 end
 
 local function stop(self, drain)
@@ -418,15 +454,22 @@ end
 function Queue:status()
   local t = fire(self) or self._now()
   local unfinished, longest = 0, 0
-  for _, started in pairs(self._processing.t) do
-    local age = started and t - started or 0
-    unfinished = unfinished + age
-    if age > longest then longest = age end
+  local by_prio = ready_counts(self._ready)
+  local dirty = self._dirty.t
+  for item, started in pairs(self._processing.t) do
+    if started then
+      local age = t - started
+      unfinished = unfinished + age
+      if age > longest then longest = age end
+      local p = dirty[item]
+      if p then by_prio[p] = (by_prio[p] or 0) + 1 end
+    end
   end
   return {
     name = self.name,
-    length = self._n,
+    length = self._ready.n,
     depth = self._dirty.live,
+    depth_by_priority = by_prio,
     waiting = #self._heap,
     in_flight = self._processing.live,
     adds = self._adds,
