@@ -338,7 +338,9 @@ describe("metrics collectors", function()
     q:add("d")
     local text = reg:text()
     local L = '{controller="widgets",name="widgets"}'
-    assert.equals(1, sample(text, "workqueue_depth" .. L)) -- d ("b" is in flight, "c" waits)
+    -- d ("b" is in flight, "c" waits); the depth has controller-runtime's label priority
+    assert.equals(1, sample(text, 'workqueue_depth{controller="widgets",name="widgets",priority="0"}'))
+    assert.is_nil(sample(text, "workqueue_depth" .. L))
     assert.equals(3, sample(text, "workqueue_adds_total" .. L))
     assert.equals(1, sample(text, "workqueue_retries_total" .. L))
     assert.equals(0.5, sample(text, "workqueue_unfinished_work_seconds" .. L))
@@ -350,6 +352,46 @@ describe("metrics collectors", function()
     assert.equals(1, sample(text, "workqueue_work_duration_seconds_count" .. L))
     assert.equals(3, sample(text, "workqueue_work_duration_seconds_sum" .. L))
     local ok, out = promtool(text)
+    assert.is_true(ok, out)
+  end)
+
+  it("shows a work queue's depth per priority, series kept once seen, at most 25 of them", function()
+    local t = 0
+    local q = workqueue{ name = "jobs", clock = function() return t end }
+    local reg = metrics.registry()
+    metrics.collect_workqueue(reg, "jobs", q)
+    local function depth(prio)
+      return sample(reg:text(), 'workqueue_depth{controller="jobs",name="jobs",priority="'
+        .. prio .. '"}')
+    end
+    assert.equals(0, depth("0"))
+    assert.is_nil(depth("-100"))
+    q:add("a", -100)
+    q:add("b", -100)
+    q:add("c")
+    q:add("d", 7)
+    q:add("b", 7) -- promoted: counts at 7 only
+    assert.equals(1, depth("-100"))
+    assert.equals(1, depth("0"))
+    assert.equals(2, depth("7"))
+    for _ = 1, 4 do q:done(q:get(0)) end
+    assert.equals(0, depth("-100"), "a priority seen once stays, at 0")
+    assert.equals(0, depth("7"))
+    local ok, out = promtool(reg:text())
+    assert.is_true(ok, out)
+    -- 0, -100 and 7 are shown: 22 more priorities get a series, the rest are summed
+    for p = 1, 30 do q:add("p" .. p, 100 + p) end
+    q:add("x", 101) -- one more at a priority past the limit
+    local text = reg:text()
+    local series = 0
+    for _ in text:gmatch("\nworkqueue_depth{") do series = series + 1 end
+    assert.equals(25 + 1, series)
+    -- the highest priorities new at one scrape are shown first
+    assert.equals(1, depth("130"))
+    assert.equals(1, depth("109"))
+    assert.is_nil(depth("108"))
+    assert.equals(8 + 1, depth("exceeded_cardinality_limit"))
+    ok, out = promtool(text)
     assert.is_true(ok, out)
   end)
 

@@ -12,7 +12,8 @@
 --   metrics (kinformer.ngx.metrics).
 local argcheck = require "kinformer.argcheck"
 
-local type, tostring, ipairs, setmetatable = type, tostring, ipairs, setmetatable
+local type, tostring, ipairs, pairs, setmetatable = type, tostring, ipairs, pairs, setmetatable
+local string_format, table_sort = string.format, table.sort
 local raise = argcheck.raise
 
 local _M = {}
@@ -83,8 +84,16 @@ end
 local QUEUE_BUCKETS = { 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10, 100, 1000 }
 _M.QUEUE_BUCKETS = QUEUE_BUCKETS
 
+-- workqueue_depth has a label priority, as controller-runtime's (pkg/metrics/workqueue.go):
+-- a series per priority that has been seen, kept (at 0) once seen; "0" from the start. Past
+-- MAX_PRIORITY_LABELS priorities, the depth of the priorities seen later is summed under
+-- priority="exceeded_cardinality_limit", so a caller using many priorities cannot make a
+-- series per priority.
+local DEPTH_HELP = "Current depth of workqueue by workqueue and priority"
+local MAX_PRIORITY_LABELS = 25
+local OVER_LIMIT = "exceeded_cardinality_limit"
+
 local QUEUE_GAUGES = {
-  { "workqueue_depth", "gauge", "Current depth of workqueue", "depth" },
   { "workqueue_adds_total", "counter", "Total number of adds handled by workqueue", "adds" },
   { "workqueue_retries_total", "counter", "Total number of retries handled by workqueue",
     "retries" },
@@ -97,7 +106,8 @@ local QUEUE_GAUGES = {
 }
 
 --- collect_workqueue(reg, name, queue): workqueue_* metrics with labels name and controller
--- (both `name`, as controller-runtime labels a controller's queue)
+-- (both `name`, as controller-runtime labels a controller's queue); workqueue_depth also has
+-- the label priority (above)
 function _M.collect_workqueue(reg, name, queue)
   local F = "collect_workqueue"
   check_registry(reg, F)
@@ -120,8 +130,31 @@ function _M.collect_workqueue(reg, name, queue)
     queue_latency = function(s) queue_h:observe(labels, s) end,
     work_duration = function(s) work_h:observe(labels, s) end,
   }
+  local function depth_labels(prio)
+    return { name = name, controller = name, priority = prio }
+  end
+  local shown, n_shown = { [0] = depth_labels("0") }, 1 -- priority -> its depth labels
+  local over -- the labels of the sum past the limit, once there was one
   reg:collector(function(emit)
     local st = queue:status()
+    local by_prio = st.depth_by_priority or { [0] = st.depth }
+    local fresh = {}
+    for p in pairs(by_prio) do
+      if not shown[p] then fresh[#fresh + 1] = p end
+    end
+    table_sort(fresh, function(a, b) return a > b end)
+    local past = 0
+    for _, p in ipairs(fresh) do
+      if n_shown < MAX_PRIORITY_LABELS then
+        shown[p] = depth_labels(string_format("%d", p))
+        n_shown = n_shown + 1
+      else
+        past = past + by_prio[p]
+        over = over or depth_labels(OVER_LIMIT)
+      end
+    end
+    for p, l in pairs(shown) do emit("workqueue_depth", "gauge", DEPTH_HELP, l, by_prio[p] or 0) end
+    if over then emit("workqueue_depth", "gauge", DEPTH_HELP, over, past) end
     for _, m in ipairs(QUEUE_GAUGES) do emit(m[1], m[2], m[3], labels, st[m[4]] or 0) end
   end)
 end
