@@ -50,6 +50,7 @@ build = {
     ["kinformer.workqueue.ratelimiter"] = "lua/kinformer/workqueue/ratelimiter.lua",
     ["kinformer.workqueue.heap"] = "lua/kinformer/workqueue/heap.lua",
     ["kinformer.workqueue.map"] = "lua/kinformer/workqueue/map.lua",
+    ["kinformer.workqueue.ready"] = "lua/kinformer/workqueue/ready.lua",
     ["kinformer.argcheck"] = "lua/kinformer/argcheck.lua",
     ["kinformer.errtext"] = "lua/kinformer/errtext.lua",
     ["kinformer.clock"] = "lua/kinformer/clock.lua",

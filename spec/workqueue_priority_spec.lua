@@ -46,7 +46,7 @@ describe("workqueue priorities", function()
     assert.same({ "c", "f", "a", "d", "g", "b", "e" }, drain(q))
   end)
 
-  it("the default anti-starvation changes nothing while fewer than 10 items are handed out", function()
+  it("the default anti-starvation changes nothing within 10 items handed out", function()
     local q = workqueue()
     for i = 1, 3 do q:add("low" .. i, -100) end
     for i = 1, 9 do q:add("high" .. i) end
@@ -82,7 +82,7 @@ describe("workqueue priorities", function()
     assert.same({ "a", "b", "c" }, drain(q))
   end)
 
-  it("promotes again and again; every left-behind entry is skipped, then nothing is kept", function()
+  it("promotes again and again; left-behind entries are skipped, then nothing is kept", function()
     local q = workqueue{ anti_starvation = 2 }
     for round = 1, 3 do
       q:add("k", -1)
@@ -123,7 +123,7 @@ describe("workqueue priorities", function()
       return table.concat(out, " ")
     end
 
-    it("hands out one lower-priority item in every N (N = 3) while higher ones keep coming", function()
+    it("hands out one lower-priority item in every N = 3 while higher ones keep coming", function()
       local q = workqueue{ anti_starvation = 3 }
       q:add("l1", -100)
       q:add("l2")
@@ -151,7 +151,7 @@ describe("workqueue priorities", function()
       assert.same({ "b", "c", "low" }, drain(q))
     end)
 
-    it("anti_starvation = false is strict priority: a low item waits while high ones come", function()
+    it("anti_starvation = false is strict: a low item waits while high ones come", function()
       local q = workqueue{ anti_starvation = false }
       q:add("low", -100)
       assert.equals(("H "):rep(49) .. "H", saturate(q, 50))
@@ -242,7 +242,8 @@ describe("workqueue priorities", function()
       assert.same({ "b", "c", "a" }, drain(q))
     end)
 
-    it("depth per priority sums to depth; in flight items that are not dirty do not count", function()
+    it("depth per priority sums to depth; in-flight items that are not dirty do not count",
+      function()
       local q = workqueue()
       q:add("a", 3)
       q:add("b", 3)

@@ -27,9 +27,10 @@
 -- Threads: none. Everything runs on the caller's thread. Delayed items move to the queue lazily,
 -- when an operation looks at the queue (add, get, done, len, status, next_due, ...), so the
 -- order is the one client-go's timer goroutine would produce; an item due at t is ready for any
--- operation whose clock reads >= t, and next_due() says how long to sleep until one is. get() blocks only while it waits for the next
--- delayed item, the timeout, or the informers it dispatches (their handlers may add items); it
--- waits with core.wait on the informers' fds, or with the `wait` option (e.g. a coroutine yield).
+-- operation whose clock reads >= t, and next_due() says how long to sleep until one is. get()
+-- blocks only while it waits for the next delayed item, the timeout, or the informers it
+-- dispatches (their handlers may add items); it waits with core.wait on the informers' fds, or
+-- with the `wait` option (e.g. a coroutine yield).
 --
 -- The rate limiters live in kinformer.workqueue.ratelimiter; this module re-exports their
 -- constructors under client-go's names.

@@ -17,10 +17,11 @@
 -- entry is an item and a sequence number (the push order across levels, for "oldest"). A
 -- promotion cannot take an item out of the middle of its old ring in O(1), so it leaves that
 -- entry behind as stale and counts it in `stale` (item -> the priority of its one stale entry,
--- or { [priority] = entries } when it has more); pop skips it. An item's entries in one ring are in push order and only the last can be live, so the
--- first entry of item met in a ring is stale exactly when stale[item][priority] > 0. A level
--- left with only stale entries is emptied at once, so every stale entry is skipped or purged
--- once (O(1) amortized) and an empty level holds nothing.
+-- or { [priority] = entries } when it has more); pop skips it. An item's entries in one ring
+-- are in push order and only the last can be live, so the first entry of item met in a ring
+-- is stale exactly when item has a stale entry counted at that priority. A level left with
+-- only stale entries is emptied at once, so every stale entry is skipped or purged once (O(1)
+-- amortized) and an empty level holds nothing.
 local type, next, ipairs, math_floor = type, next, ipairs, math.floor
 local table_insert, table_remove = table.insert, table.remove
 local map = require "kinformer.workqueue.map"
