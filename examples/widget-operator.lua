@@ -80,31 +80,21 @@ local function reconcile(req, ctx)
     f:write(message)
     f:close()
   end
-  -- The owned ConfigMap, from the cache.
+  -- The owned ConfigMap: created or updated only when it differs (read from the cache).
   local name = w.metadata.name .. "-config"
-  local cms = client:informer{ resource = "configmaps", namespace = opts.namespace }:store()
-  local cm = cms:get_by_key(req.namespace .. "/" .. name)
-  local data = { message = message, replicas = replicas }
-  local res, werr
+  local cm, op = ctx:create_or_update("configmaps", { apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = name, namespace = req.namespace } }, function(obj)
+      obj.data = { message = message, replicas = replicas }
+      return ctx:set_controller_reference(obj) -- refuses a ConfigMap another controller owns
+    end)
   if not cm then
-    res, werr = client:create("configmaps", { apiVersion = "v1", kind = "ConfigMap",
-      metadata = { name = name, namespace = req.namespace, ownerReferences = { {
-        apiVersion = "example.com/v1", kind = "Widget", name = w.metadata.name,
-        uid = w.metadata.uid, controller = true, blockOwnerDeletion = true } } },
-      data = data })
-    if not res then
-      write_status(w, "False", "ConfigMapFailed", tostring(werr))
-      return nil, werr
-    end
-    say("configmap created", req.namespace .. "/" .. name)
-    ctx:event(w, "Normal", "ConfigMapCreated", "created ConfigMap " .. name)
-  elseif cm.data == nil or cm.data.message ~= message or cm.data.replicas ~= replicas then
-    local copy = kinformer.to_table(cm)
-    copy.data = data
-    res, werr = client:update("configmaps", copy)
-    if not res then return nil, werr end -- a 409 is retried quietly with backoff
-    say("configmap updated", req.namespace .. "/" .. name)
-    ctx:event(w, "Normal", "ConfigMapUpdated", "updated ConfigMap " .. name)
+    write_status(w, "False", "ConfigMapFailed", tostring(op))
+    return nil, op -- a 409 is retried quietly with backoff
+  end
+  if op ~= "unchanged" then
+    say("configmap " .. op, req.namespace .. "/" .. name)
+    ctx:event(w, "Normal", op == "created" and "ConfigMapCreated" or "ConfigMapUpdated",
+      op .. " ConfigMap " .. name)
   end
   local ok, serr = write_status(w, "True", "ConfigMapReady", "ConfigMap " .. name .. " is current")
   if not ok then return nil, serr end

@@ -34,6 +34,7 @@ local predicates = require "kinformer.predicates"
 local workqueue = require "kinformer.workqueue"
 local resources = require "kinformer.resources"
 local task = require "kinformer.task"
+local objects = require "kinformer.objects"
 
 local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable = type, tostring,
   tonumber, pairs, ipairs, pcall, setmetatable
@@ -109,6 +110,49 @@ end
 -- (written by the manager's loop after the reconcile).
 function Ctx:event(obj, etype, reason, message)
   return self._recorder:record(obj, etype, reason, message)
+end
+
+--- ctx:set_controller_reference(obj) -> obj | nil, err: the primary as obj's controller
+-- (kinformer.objects.set_controller_reference)
+function Ctx:set_controller_reference(obj)
+  local owner = self:get()
+  if owner == nil then
+    return nil, setmetatable({ reason = "NotFound", message = self.key .. " is gone" },
+                             { __tostring = function(e) return e.reason .. ": " .. e.message end })
+  end
+  return objects.set_controller_reference(owner, obj)
+end
+
+-- opts with `current` reading resource from the manager's caches (read-your-own-writes)
+local function cached_current(ctx, resource, opts)
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  if o.current == nil then
+    o.current = function(ns, name)
+      if ns == nil or ns == "" then -- namespaced: the client's namespace, as the GET would
+        local res = ctx.client:resolve(resource)
+        ns = res.namespaced and (ctx.client.namespace or "default") or nil
+      end
+      return ctx:get(resource, ns and (ns .. "/" .. name) or name)
+    end
+  end
+  return o
+end
+
+--- ctx:create_or_update(resource, obj, mutate [, opts]) -> obj, op | nil, err:
+-- kinformer.objects.create_or_update reading the current object from the manager's caches
+function Ctx:create_or_update(resource, obj, mutate, opts)
+  return objects.create_or_update(self.client, resource, obj, mutate,
+                                  cached_current(self, resource, opts))
+end
+
+--- ctx:apply_if_changed(resource, desired [, opts]) -> obj, op | nil, err:
+-- kinformer.objects.apply_if_changed reading the current object from the manager's caches;
+-- field_manager defaults to the controller's name
+function Ctx:apply_if_changed(resource, desired, opts)
+  local o = cached_current(self, resource, opts)
+  if o.field_manager == nil then o.field_manager = self.controller end
+  return objects.apply_if_changed(self.client, resource, desired, o)
 end
 
 --- ctx:log(level, message): a log line naming the controller and the key ("info" and above
