@@ -253,7 +253,39 @@ describe("kinformer.manager", function()
     assert.equals(3, finalized)
     local st = mgr:status().controllers.cms
     assert.equals(2, st.errors)
-    assert.is_true(st.stale_skips >= 1)
+  end)
+
+  it("a primary that leaves the label selection is finalized and released", function()
+    local ns = new_ns()
+    local finalized = {}
+    local mgr, calls = manager_for(ns, {
+      label_selector = "app=web",
+      finalizer = "example.com/cleanup",
+      finalize = function(obj) finalized[#finalized + 1] = obj.metadata.name end,
+    })
+    defer(function() mgr:stop() end)
+    assert(client:create("configmaps", cm(ns, "w1", { labels = { app = "web" } })))
+    assert(client:create("configmaps", cm(ns, "w2", { labels = { app = "web" } })))
+    assert.truthy(drive(mgr, 5, function() return #calls >= 2 end))
+    local obj = assert(client:get("configmaps", ns .. "/w1"))
+    assert.same({ "example.com/cleanup" }, obj.metadata.finalizers)
+    -- w1 loses its label: out of the selection, so the finalizer must not stay behind
+    assert(client:patch("configmaps", ns .. "/w1", { metadata = { labels = { app = "other" } } }))
+    assert.truthy(drive(mgr, 5, function() return #finalized >= 1 end))
+    assert.same({ "w1" }, finalized)
+    assert.truthy(drive(mgr, 5, function()
+      local o = client:get("configmaps", ns .. "/w1")
+      return o and (o.metadata.finalizers == nil or #o.metadata.finalizers == 0)
+    end))
+    -- so a DELETE now completes at once
+    assert(client:delete("configmaps", ns .. "/w1"))
+    assert.is_nil(client:get("configmaps", ns .. "/w1"))
+    -- w2, deleted while selected, is finalized as usual
+    assert(client:delete("configmaps", ns .. "/w2"))
+    assert.truthy(drive(mgr, 5, function() return #finalized >= 2 end))
+    assert.truthy(drive(mgr, 5, function() return client:get("configmaps", ns .. "/w2") == nil end))
+    drive(mgr, 0.3)
+    assert.same({ "w1", "w2" }, finalized)
   end)
 
   it("aggregates repeated Events into one with a count, written off the reconcile path",
@@ -554,7 +586,8 @@ describe("kinformer.manager replicas", function()
     assert.is_true(last_a <= first_b)
   end)
 
-  it("SIGTERM during a reconcile: it finishes, nothing else starts, the lease is released",
+  it("SIGTERM during a reconcile: it is cancelled at its next call, nothing else starts, the " ..
+     "lease is released",
     function()
     local ns = new_ns()
     for i = 1, 3 do assert(client:create("configmaps", cm(ns, "c" .. i))) end
