@@ -10,7 +10,7 @@
 -- The setup: --objects ConfigMaps in one namespace (server.py --configmaps N --namespaces 1)
 -- and a fault rule that stalls every PATCH --stall seconds before the server answers it (the
 -- latency of a real API server's write; the server is threaded, so concurrent PATCHes stall
--- side by side). The controller: each reconcile makes one write of its primary, a JSON merge
+-- side by side); --stall=0: no fault. The controller: each reconcile makes one write of its primary, a JSON merge
 -- PATCH setting the annotation bench.kinformer.io/data-bytes to the total length of the
 -- object's data values, and nothing else.
 --
@@ -183,8 +183,11 @@ end
 -- One run: a fresh server, one controller process; the child's result table.
 local SERVERS = {}
 local function run_once(peer, n)
-  local srv = fake.start{ args = { "--configmaps", OBJECTS, "--namespaces", 1, "--fault", FAULT },
-                          quiet = true }
+  local args = { "--configmaps", OBJECTS, "--namespaces", 1 }
+  if STALL > 0 then
+    args[#args + 1], args[#args + 2] = "--fault", FAULT
+  end
+  local srv = fake.start{ args = args, quiet = true }
   SERVERS[#SERVERS + 1] = srv.pid
   local cmd, kubeconfig
   if peer then
@@ -268,15 +271,15 @@ if OPT.peer then
   measure("@dot-i/k8s-operator " .. version, "none (client-node 0.20 has none)", true, 1)
 end
 
-print(("\n%s ConfigMaps (primaries) in one namespace; every PATCH stalled %g ms by the server "
-  .. "(fault `%s`); one merge PATCH per reconcile; %d run%s each, median (min-max), a fresh "
-  .. "server and controller process per run\n"):format(int(OBJECTS), STALL * 1000, FAULT, RUNS,
-  RUNS == 1 and "" or "s"))
+print(("\n%s ConfigMaps (primaries) in one namespace; %s; one merge PATCH per reconcile; %d "
+  .. "run%s each, median (min-max), a fresh server and controller process per run\n"):format(
+  int(OBJECTS), STALL > 0 and ("every PATCH stalled %g ms by the server (fault `%s`)"):format(
+    STALL * 1000, FAULT) or "no fault (PATCHes answered at once)", RUNS, RUNS == 1 and "" or "s"))
 print("| controller | client-side throttle | concurrent reconciles | reconciles/s | ceiling: N / stall "
   .. "| peak RSS (MB) | controller CPU per reconcile (us) | server CPU per write (us) |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for _, row in ipairs(rows) do
-  local bound = int(row.n / STALL)
+  local bound = STALL > 0 and int(row.n / STALL) or "-"
   if row.runs then
     print(("| %s | %s | %d | %s | %s | %s | %s | %s |"):format(row.label, row.throttle, row.n,
       cell(row.runs, "rate", int, same), bound, cell(row.runs, "rss", f1, same),
