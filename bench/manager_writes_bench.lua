@@ -5,7 +5,7 @@
 --   make bench-manager-peer             kinformer and the Node operator side by side
 --   LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' \
 --     lua5.4 bench/manager_writes_bench.lua [--objects=2000] [--stall=0.005] \
---       [--concurrency=1,4,16] [--runs=3] [--peer]
+--       [--concurrency=1,4,16] [--runs=3] [--peer] [--quiet]
 --
 -- The setup: --objects ConfigMaps in one namespace (server.py --configmaps N --namespaces 1)
 -- and a fault rule that stalls every PATCH --stall seconds before the server answers it (the
@@ -131,6 +131,7 @@ for _, a in ipairs(arg) do
   local k, v = a:match("^%-%-([%w-]+)=(.*)$")
   if k and OPT[k] then OPT[k] = v
   elseif a == "--peer" then OPT.peer = true
+  elseif a == "--quiet" then OPT.quiet = true -- no progress lines on stderr
   else error("unknown argument " .. a .. " (see the header of " .. arg[0] .. ")") end
 end
 local OBJECTS, STALL, RUNS = tonumber(OPT.objects), tonumber(OPT.stall), tonumber(OPT.runs)
@@ -242,7 +243,9 @@ local rows = {}
 local function measure(label, throttle, peer, n)
   local runs = {}
   for i = 1, RUNS do
-    io.stderr:write(("  %s, N = %d, run %d of %d\n"):format(label, n, i, RUNS))
+    if not OPT.quiet then
+      io.stderr:write(("  %s, N = %d, run %d of %d\n"):format(label, n, i, RUNS))
+    end
     local r = run_once(peer, n)
     if r.unsupported then
       rows[#rows + 1] = { label = label, throttle = throttle, n = n }
