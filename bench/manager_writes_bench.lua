@@ -10,9 +10,9 @@
 -- The setup: --objects ConfigMaps in one namespace (server.py --configmaps N --namespaces 1)
 -- and a fault rule that stalls every PATCH --stall seconds before the server answers it (the
 -- latency of a real API server's write; the server is threaded, so concurrent PATCHes stall
--- side by side); --stall=0: no fault. The controller: each reconcile makes one write of its primary, a JSON merge
--- PATCH setting the annotation bench.kinformer.io/data-bytes to the total length of the
--- object's data values, and nothing else.
+-- side by side); --stall=0: no fault. The controller: each reconcile makes one write of its
+-- primary, a JSON merge PATCH setting the annotation bench.kinformer.io/data-bytes to the total
+-- length of the object's data values, and nothing else.
 --
 -- Measured, each run with a fresh server and a fresh controller process:
 --   kinformer: reconciles/s from mgr:wait_for_sync() until every primary was reconciled once
@@ -233,7 +233,7 @@ end
 
 local function int(x)
   local s = ("%d"):format(math.floor(x + 0.5))
-  return s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
+  return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
 end
 local function f1(x) return ("%.1f"):format(x) end
 local function same(_, x) return x end
