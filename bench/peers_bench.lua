@@ -27,6 +27,8 @@
 --   S5 bench/openresty_bench.lua (the OpenResty routing overhead), its tables included
 --   S6 bench/scale_bench.lua at --s6-sizes (growth, idle informers, the list floor), its output
 --   S7 bench/objects_bench.lua on LuaJIT (cached objects' memory), its output
+--   S8 bench/manager_writes_bench.lua (an API-bound controller on kinformer.manager and on
+--      @dot-i/k8s-operator, bench/peers/k8s-operator, when installed), its output
 --
 -- kinformer children: bench/informer_bench.lua --child (sync, events, lookup) and this file's
 -- --child modes (decode, latency, relist); client-node children: bench/peers/client-node/bench.mjs.
@@ -187,7 +189,7 @@ end
 
 local OPT = {
   runs = "3", pods = "10000,100000", events = "200000", ["s2-pods"] = "10000,100000",
-  latency = "1000:5000,10000:30000", scenarios = "S1,S2,S3,S4,S5,S6,S7", profile = "missed",
+  latency = "1000:5000,10000:30000", scenarios = "S1,S2,S3,S4,S5,S6,S7,S8", profile = "missed",
   out = "bench/RESULTS.md", png = "bench/results.png", data = "build/bench/results",
   s5 = "5 7 2000 20000", page = "1000", ["s6-sizes"] = "10000,100000",
 }
@@ -724,6 +726,14 @@ local function run_objects()
     .. "LUA_CPATH='build/luajit/?.so;;' luajit bench/objects_bench.lua 2000 100000")
 end
 
+local function run_controllers()
+  local peer = io.open("bench/peers/k8s-operator/node_modules/@dot-i/k8s-operator/package.json")
+  if peer then peer:close() end
+  run_embedded("S8", "S8 controllers", ("LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "
+    .. "LUA_CPATH='build/lua5.4/?.so;;' %s bench/manager_writes_bench.lua --quiet --runs=%s%s"):format(LUA,
+    OPT.runs, peer and " --peer" or ""))
+end
+
 -- ---------------------------------------------------------------------------------------------
 -- S5: bench/openresty_bench.lua, its output kept for the page.
 local S5 = nil
@@ -1192,6 +1202,13 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
     "`bench/objects_bench.lua 2000 100000` on LuaJIT (OpenResty's runtime): the memory a cache "
     .. "of lazily decoded objects costs against the JSON it keeps, and the CPU time of a routing "
     .. "field's read (target: at most 2x the JSON; [docs/informer.md](../docs/informer.md#objects)).")
+  embedded("S8", "S8: an API-bound controller against @dot-i/k8s-operator",
+    "`bench/manager_writes_bench.lua --peer`: 2,000 ConfigMaps, each reconcile one JSON merge "
+    .. "PATCH of its primary that the fake server stalls 5 ms before answering; kinformer.manager "
+    .. "at 1, 4 and 16 concurrent reconciles with its client-side throttle off, "
+    .. "@dot-i/k8s-operator at the one it offers (it runs handlers one at a time). The peer's row "
+    .. "is absent when `bench/peers/k8s-operator` is not installed (`make bench-manager-peer-deps`). "
+    .. "How to read it: [bench/README.md](README.md#an-api-bound-controller-make-bench-manager-peer).")
 
   local missed = {}
   for _, t in ipairs(TARGETS) do if not t.ok then missed[t.id] = true end end
@@ -1226,7 +1243,7 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
 
   w("## Commands")
   w()
-  w("`make bench` (mk/bench.mk) installs what is missing (gnuplot, `npm ci` in bench/peers/client-node), "
+  w("`make bench` (mk/bench.mk) installs what is missing (gnuplot, `npm ci` in bench/peers/client-node and bench/peers/k8s-operator), "
     .. "builds, and runs:")
   w()
   w("```")
@@ -1289,6 +1306,7 @@ local function main()
   if SCEN.S3 then run_lookups() end
   if SCEN.S6 then run_growth() end
   if SCEN.S7 then run_objects() end
+  if SCEN.S8 then run_controllers() end
   if SCEN.S5 then run_s5() end
   write_data()
   local chart_note = draw_chart()

@@ -3,8 +3,9 @@
 #
 #   make bench                 every scenario (S1-S5), 3 runs each, 10k and 100k pods: about
 #                              half an hour on the 2-core machine. Installs what is missing first:
-#                              gnuplot (apt) and the pinned client-node (npm ci in
-#                              bench/peers/client-node, which also brings its Node 22)
+#                              gnuplot (apt) and the pinned peers (npm ci in
+#                              bench/peers/client-node and bench/peers/k8s-operator, which
+#                              also bring their Node 22)
 #   make bench-smoke           the same script at tiny sizes into build/bench/smoke (seconds;
 #                              spec/bench_smoke_spec.lua runs it in `make test`)
 #   BENCH_ARGS='--runs=5 --pods=10000 --scenarios=S1,S2'   passed to the script (its header
@@ -28,7 +29,7 @@ bench-deps:
 	    [ $(CLIENT_NODE_DIR)/node_modules/.package-lock.json -nt $(CLIENT_NODE_DIR)/package-lock.json ] || \
 	    (cd $(CLIENT_NODE_DIR) && npm ci --no-audit --no-fund)
 
-bench: bench-deps all
+bench: bench-deps bench-manager-peer-deps all
 	$(BENCH_ENV) $(LUA) bench/peers_bench.lua $(BENCH_ARGS)
 
 bench-smoke: lua54

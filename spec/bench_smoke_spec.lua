@@ -184,3 +184,43 @@ describe("bench/scale_bench.lua (smoke size)", function()
     assert.are.equal(6, n, out) -- growth: empty, fake, replay; idle: a replay of its list; floor: both
   end)
 end)
+
+-- The API-bound controller benchmark (bench/manager_writes_bench.lua, `make bench-manager`) at a
+-- tiny size: kinformer at 1 and 4 concurrent reconciles (4 reads "not supported by this build"
+-- where the manager lacks max_concurrent_reconciles) and, when bench/peers/k8s-operator is
+-- installed, the Node operator; the servers it started are gone.
+describe("bench/manager_writes_bench.lua (smoke size)", function()
+  it("runs the writing controller at 20 ConfigMaps and prints its table", function()
+    local have_node = io.open(KINFORMER_ROOT .. "/bench/peers/k8s-operator/node_modules/"
+      .. "@dot-i/k8s-operator/package.json")
+    if have_node then have_node:close() end
+    local cmd = ("cd %s && LUA_PATH='lua/?.lua;lua/?/init.lua;spec/?.lua;;' "
+      .. "LUA_CPATH='build/lua5.4/?.so;;' timeout -k 5 60 lua5.4 bench/manager_writes_bench.lua "
+      .. "--objects=20 --runs=1 --concurrency=1,4%s 2>&1; echo \"exit=$?\""):format(
+      quote(KINFORMER_ROOT), have_node and " --peer" or "")
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal(0, tonumber(out:match("exit=(%d+)%s*$")), out)
+    assert.matches("20 ConfigMaps (primaries) in one namespace; every PATCH stalled 5 ms", out,
+      1, true)
+    local row = "\n| kinformer%.manager | off %(`qps = %-1`%) | "
+    assert.matches(row .. "1 | %d", out)
+    assert.truthy(out:match(row .. "4 | %d") or out:match(row .. "4 | not supported by this build"),
+      out)
+    if have_node then
+      assert.matches("\n| @dot%-i/k8s%-operator [%d.]+ | none %(client%-node 0%.20 has none%) | 1 | %d",
+        out)
+    end
+    local pids = out:match("fake API servers started and stopped: ([%d ]+)")
+    assert.truthy(pids, out)
+    local n = 0
+    for pid in pids:gmatch("%d+") do
+      n = n + 1
+      local deadline = os.time() + 5
+      while alive(pid) and os.time() < deadline do os.execute("sleep 0.1") end
+      assert.is_false(alive(pid), "server " .. pid .. " still running")
+    end
+    assert.are.equal(have_node and 3 or 2, n, out)
+  end)
+end)
