@@ -65,9 +65,9 @@ describe("kinformer.manager in nginx", function()
     srv:objects(items, "configmaps")
     srv:fault{ method = "PATCH", path = "/namespaces/ngx/configmaps/", times = -1,
                action = { type = "stall", seconds = 0.5 } }
-    local p = io.popen("mktemp -d /tmp/kinformer-mgr-probe.XXXXXX")
-    dir = p:read("l")
-    p:close()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
     local f = assert(io.open(dir .. "/mgr_probe.lua", "w"))
     f:write(PROBE)
     f:close()
@@ -96,18 +96,20 @@ describe("kinformer.manager in nginx", function()
         st = cjson.decode(body)
       end
       socket.sleep(0.05)
-    until (st and st.done == 8) or socket.gettime() > deadline
+    until (st and st.done >= 8) or socket.gettime() > deadline
     assert.truthy(st, inst:log())
-    assert.equals(8, st.done, inst:log())
+    assert.is_true(st.done >= 8, inst:log())
     assert.equals(4, st.max_active)
     assert.equals(0, st.errors)
     assert.is_true(served >= 10) -- the worker answered while the writes stalled
-    local patched = 0
+    local patched = {}
     for _, r in ipairs(srv:requests()) do
       if r.method == "PATCH" and r.path:find("/namespaces/ngx/configmaps/", 1, true) then
-        patched = patched + 1
+        patched[r.path] = true
       end
     end
-    assert.equals(8, patched)
+    local n = 0
+    for _ in pairs(patched) do n = n + 1 end
+    assert.equals(8, n) -- every object written (its own writes' events may reconcile it again)
   end)
 end)

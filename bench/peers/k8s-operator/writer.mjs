@@ -88,7 +88,10 @@ class Writer extends Operator {
       cpu0 = process.cpuUsage();
       srv0 = serverCpu();
     }
-    const patch = { metadata: { annotations: { [ANNOTATION]: String(dataBytes(e.object)) } } };
+    const want = String(dataBytes(e.object));
+    const ann = e.object.metadata.annotations;
+    if (ann && ann[ANNOTATION] === want) return; // written: nothing to do (its own write's event)
+    const patch = { metadata: { annotations: { [ANNOTATION]: want } } };
     try {
       await this.k8sApi.patchNamespacedConfigMap(e.meta.name, e.meta.namespace, patch,
         undefined, undefined, undefined, undefined, undefined, MERGE);
