@@ -10,48 +10,10 @@
 #include <unistd.h>
 
 #include "ctest.h"
+#include "fake_server.h"
 #include "reflector.h"
 #include "store.h"
 #include "request.h"
-
-static FILE *server;
-static pid_t server_pid;
-static char url[128];
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Starts the fake server with N pods: the shell prints its pid, then exec's the server, which
- * prints its URL (and dies with us: --exit-with-parent). */
-static int start_server(int pods)
-{
-    char cmd[256], line[64];
-    snprintf(cmd, sizeof(cmd),
-             "sh -c 'echo $$; exec python3 tools/fake-apiserver/server.py --port 0 --pods %d "
-             "--exit-with-parent'",
-             pods);
-    server = popen(cmd, "r");
-    if (server == NULL || fgets(line, sizeof(line), server) == NULL ||
-        fgets(url, sizeof(url), server) == NULL)
-        return 0;
-    server_pid = (pid_t)atol(line);
-    url[strcspn(url, "\r\n")] = '\0';
-    return server_pid > 0 && strncmp(url, "http://", 7) == 0;
-}
-
-static void stop_server(void)
-{
-    if (server_pid > 0)
-        kill(server_pid, SIGTERM);
-    if (server != NULL)
-        pclose(server);
-    server = NULL;
-    server_pid = 0;
-}
 
 static kinf_reflector *new_reflector(kinf_client *client, kinf_fifo *fifo,
                                      const kinf_reflector_config *rc)
