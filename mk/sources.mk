@@ -19,6 +19,7 @@ CORE_SRC += csrc/pipe.c
 CORE_SRC += csrc/client.c
 CORE_SRC += csrc/client_transport.c
 CORE_SRC += csrc/request.c
+CORE_SRC += csrc/call.c
 CORE_SRC += csrc/reflector.c
 CORE_SRC += csrc/reflector_list.c
 CORE_SRC += csrc/reflector_watch.c

@@ -73,7 +73,7 @@ build = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/index.c", "csrc/store.c", "csrc/store_select.c",
         "csrc/delta_fifo.c",
-        "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c",
+        "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c", "csrc/call.c",
         "csrc/reflector.c", "csrc/reflector_list.c", "csrc/reflector_watch.c",
         "csrc/reflector_report.c", "csrc/backoff.c", "csrc/query.c", "csrc/jsonspan.c",
         "csrc/labelselector.c", "csrc/labelmatch.c", "csrc/informer.c", "csrc/pipe.c",
