@@ -49,6 +49,7 @@ BIND_SRC += csrc/lua_store_query.c
 BIND_SRC += csrc/lua_results.c
 BIND_SRC += csrc/lua_fifo.c
 BIND_SRC += csrc/lua_client.c
+BIND_SRC += csrc/lua_call.c
 BIND_SRC += csrc/lua_informer.c
 BIND_SRC += csrc/lua_shared.c
 BIND_SRC += csrc/lua_shared_reader.c

@@ -84,7 +84,7 @@ build = {
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_lazy.c", "csrc/lua_guard.c", "csrc/lua_decode.c",
         "csrc/lua_encode.c",
         "csrc/lua_store.c", "csrc/lua_store_query.c", "csrc/lua_results.c",
-        "csrc/lua_fifo.c", "csrc/lua_client.c",
+        "csrc/lua_fifo.c", "csrc/lua_client.c", "csrc/lua_call.c",
         "csrc/lua_informer.c", "csrc/lua_shared.c", "csrc/lua_shared_reader.c",
         "csrc/lua_shared_poll.c",
         "csrc/lua_mirror.c", "csrc/lua_shm_named.c",
