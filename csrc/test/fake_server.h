@@ -1,8 +1,9 @@
 /*
  * fake_server.h - the fake API server (tools/fake-apiserver) for the C tests that drive a real
  * client: start_server runs it as a child (it dies with the test: --exit-with-parent) and
- * leaves its URL in `url`; stop_server ends it. One server at a time. Needs python3 and the
- * repository root as the working directory (make runs the tests from there). Header-only.
+ * leaves its URL in `url`; stop_server ends it; add_fault posts a fault rule
+ * (docs/fake-apiserver.md). One server at a time. Needs python3 and the repository root as the
+ * working directory (make runs the tests from there). Header-only.
  */
 #ifndef KINF_TEST_FAKE_SERVER_H
 #define KINF_TEST_FAKE_SERVER_H
@@ -13,6 +14,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
+
+#include "ctest.h"
+#include "request.h"
 
 static FILE *server;
 static pid_t server_pid;
@@ -52,6 +56,21 @@ static void stop_server(void)
         pclose(server);
     server = NULL;
     server_pid = 0;
+}
+
+/* POST /_fake/faults with a rule (JSON), as a blocking request of client c. */
+static inline void add_fault(kinf_client *c, const char *rule)
+{
+    kinf_request req = {0};
+    kinf_response resp;
+    char msg[256];
+    req.method = "POST";
+    req.path_query = "/_fake/faults";
+    req.body = rule;
+    req.body_len = strlen(rule);
+    req.content_type = "application/json";
+    CHECK(kinf_request_do(c, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
+    kinf_response_free(&resp);
 }
 
 #endif

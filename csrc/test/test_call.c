@@ -34,21 +34,6 @@ static kinf_client *new_client(void)
     return kinf_client_new(&cc, &err, msg, sizeof(msg));
 }
 
-/* POST /_fake/faults with a rule (blocking request: the control plane of the test). */
-static void fault(kinf_client *c, const char *rule)
-{
-    kinf_request req = {0};
-    kinf_response resp;
-    char msg[256];
-    req.method = "POST";
-    req.path_query = "/_fake/faults";
-    req.body = rule;
-    req.body_len = strlen(rule);
-    req.content_type = "application/json";
-    CHECK(kinf_request_do(c, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
-    kinf_response_free(&resp);
-}
-
 static kinf_call *start(kinf_client *c, const char *method, const char *path, const char *body,
                         double timeout)
 {
@@ -152,7 +137,7 @@ static void calls_on_a_fresh_client(void)
     bad.path_query = "/api/v1/pods";
     bad.max_response_bytes = 10;
     k[0] = kinf_call_start(c, &bad, &err, msg, sizeof(msg));
-    fault(c, "{\"path\":\"/configmaps/slow$\",\"action\":{\"type\":\"stall\",\"seconds\":2}}");
+    add_fault(c, "{\"path\":\"/configmaps/slow$\",\"action\":{\"type\":\"stall\",\"seconds\":2}}");
     k[1] = start(c, "GET", CM_PATH "/slow", NULL, 0.3);
     CHECK(wait_all(c, k, 2, 10));
     CHECK(error_of(k[0], &why) == KINF_ETOOBIG && strstr(why, "max_response_bytes (10)"));
@@ -180,7 +165,7 @@ static void cancel_ends_a_call_at_once(void)
     c = new_client();
     if (c == NULL)
         return;
-    fault(c, "{\"method\":\"POST\",\"path\":\"/configmaps$\",\"action\":{\"type\":\"stall\","
+    add_fault(c, "{\"method\":\"POST\",\"path\":\"/configmaps$\",\"action\":{\"type\":\"stall\","
              "\"seconds\":1}}");
     k = start(c, "POST", CM_PATH,
               "{\"metadata\":{\"name\":\"never\",\"namespace\":\"default\"}}", 0);
@@ -245,7 +230,7 @@ static void calls_from_threads_beside_a_watch(void)
     tr = kinf_client_transport(c);
     r = kinf_reflector_new(&tr, fifo, &rc, &err, msg, sizeof(msg));
     CHECK(r != NULL && kinf_reflector_start(r) == KINF_OK);
-    fault(c, "{\"path\":\"/configmaps/stalled$\",\"times\":-1,\"action\":{\"type\":\"stall\","
+    add_fault(c, "{\"path\":\"/configmaps/stalled$\",\"times\":-1,\"action\":{\"type\":\"stall\","
              "\"seconds\":0.5}}");
     t0 = now();
     for (int i = 0; i < 3; i++) {
@@ -276,7 +261,7 @@ static void last_unref_with_calls_in_flight(void)
     c = new_client();
     if (c == NULL)
         return;
-    fault(c, "{\"path\":\"/configmaps/slow$\",\"times\":-1,\"action\":{\"type\":\"stall\","
+    add_fault(c, "{\"path\":\"/configmaps/slow$\",\"times\":-1,\"action\":{\"type\":\"stall\","
              "\"seconds\":5}}");
     for (int i = 0; i < 6; i++)
         k[i] = start(c, "GET", CM_PATH "/slow", NULL, 0);

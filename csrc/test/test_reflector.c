@@ -192,8 +192,6 @@ static void relist_reuses_unchanged_records(void)
     kinf_client_config cc = {0};
     kinf_reflector_config rc = {0};
     kinf_reflector_status st;
-    kinf_request req = {0};
-    kinf_response resp;
     kinf_object **before = NULL, **after = NULL;
     size_t nb = 0, na = 0, same = 0;
     const char *rule = "{\"watch\":true,\"action\":{\"status\":410}}";
@@ -222,13 +220,7 @@ static void relist_reuses_unchanged_records(void)
     apply_pops(fifo, store, 0.5);
     CHECK(kinf_store_list(store, &before, &nb) == KINF_OK && nb == 30);
 
-    req.method = "POST";
-    req.path_query = "/_fake/faults";
-    req.body = rule;
-    req.body_len = strlen(rule);
-    req.content_type = "application/json";
-    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
-    kinf_response_free(&resp);
+    add_fault(client, rule);
     t0 = now();
     do {
         apply_pops(fifo, store, 0.1);
@@ -275,8 +267,6 @@ static void watch_list_relists_through_watch_list(void)
     kinf_client_config cc = {0};
     kinf_reflector_config rc = {0};
     kinf_reflector_status st;
-    kinf_request req = {0};
-    kinf_response resp;
     const char *rule = "{\"watch\":true,\"query\":{\"sendInitialEvents\":null},"
                        "\"action\":{\"type\":\"error_event\",\"code\":410,"
                        "\"reason\":\"Expired\"}}";
@@ -307,13 +297,7 @@ static void watch_list_relists_through_watch_list(void)
     kinf_reflector_status_get(r, &st);
     CHECK(st.listed && st.lists == 1 && strcmp(st.phase, "watching") == 0);
 
-    req.method = "POST";
-    req.path_query = "/_fake/faults";
-    req.body = rule;
-    req.body_len = strlen(rule);
-    req.content_type = "application/json";
-    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
-    kinf_response_free(&resp);
+    add_fault(client, rule);
     t0 = now();
     do {
         apply_pops(fifo, store, 0.1);
