@@ -9,6 +9,7 @@ local kinformer = require "kinformer"
 local core = require "kinformer.core"
 local cjson = require "cjson"
 local fake = require "support.fake_apiserver"
+local exec_plugin = require "support.exec_plugin"
 local quote = require("support.proc").quote
 
 local CM = "/api/v1/namespaces/default/configmaps"
@@ -39,14 +40,6 @@ local function call(client, ...)
   local k = assert(client:call(...))
   await(client, { k })
   return k:result()
-end
-
-local function requests_to(srv, method, pattern)
-  local out = {}
-  for _, q in ipairs(srv:requests()) do
-    if q.method == method and q.path:find(pattern) then out[#out + 1] = q end
-  end
-  return out
 end
 
 describe("client:call", function()
@@ -135,7 +128,7 @@ describe("client:call", function()
     assert.is_true(took >= 1, "the stall held them: " .. took)
     assert.is_true(took < 8, "20 stalls of 1 s one after the other take 20 s: " .. took)
     for i = 1, 20 do assert.equal(404, (calls[i]:result())) end
-    assert.equal(20, #requests_to(srv, "GET", "/slow%-%d+$"))
+    assert.equal(20, #srv:requests_to("GET", "/slow%-%d+$"))
   end)
 
   it("makes the fd readable when a call ends; calls_drain makes it unreadable", function()
@@ -175,7 +168,7 @@ describe("client:call", function()
     -- POST would have made was never made; nothing woke the fd
     assert.equal("timeout", core.wait({ fd }, 1.2))
     assert.equal(404, (client:request("GET", CM .. "/cancelled")))
-    assert.equal(1, #requests_to(srv, "POST", "/configmaps$"))
+    assert.equal(1, #srv:requests_to("POST", "/configmaps$"))
   end)
 
   it("keeps the result of a call that ended before its cancel", function()
@@ -316,26 +309,18 @@ describe("client:call on its own client", function()
   it("sends a 401 once more with the exec plugin's refreshed token", function()
     local OLD, NEW = "call-exec-old-2d41", "call-exec-new-a7c9"
     local s = fake.start{ quiet = true, args = { "--token", OLD } }
-    local cred = os.tmpname()
+    local plugin = exec_plugin.new(OLD)
     finally(function()
       s:stop()
-      os.remove(cred)
+      plugin:remove()
     end)
-    local function issue(token)
-      local f = assert(io.open(cred, "w"))
-      f:write(('{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
-        .. '"status":{"token":"%s"}}'):format(token))
-      f:close()
-    end
-    issue(OLD)
-    local c = assert(core.client{ server = s.url, exec = {
-      command = "cat", args = { cred }, api_version = "client.authentication.k8s.io/v1" } })
+    local c = assert(core.client{ server = s.url, exec = plugin.exec })
     assert.equal(200, (call(c, "GET", CM)))
     s:control("POST", "/_fake/auth", { tokens = { NEW } })
-    issue(NEW) -- the plugin's cached credential is now stale
+    plugin:issue(NEW) -- the plugin's cached credential is now stale
     s:clear_requests()
     assert.equal(200, (call(c, "GET", CM)))
-    local q = requests_to(s, "GET", "/configmaps$")
+    local q = s:requests_to("GET", "/configmaps$")
     assert.equal(2, #q) -- the 401 with the cached token, then the new one
     assert.equal("none", q[1].auth)
     assert.equal("bearer", q[2].auth)
