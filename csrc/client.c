@@ -10,9 +10,9 @@
  * Its second thread, the scanner thread of `pipe` (pipe.h), consumes what the I/O thread
  * receives: the reflectors' write callbacks copy body bytes into the pipe and return at once,
  * and the scanner thread runs jsonscan, builds the records and queues them in the DeltaFIFO,
- * so receiving and scanning overlap. Both threads start with the first attach (the pipe's at
- * its first write) and are joined by the last unref: the I/O thread first (it is the pipe's
- * only writer), then the pipe.
+ * so receiving and scanning overlap. Both threads start with the first attach or call (the
+ * pipe's at its first write) and are joined by the last unref: the I/O thread first (it is the
+ * pipe's only writer), then the calls it still held (call.c), then the pipe.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -294,6 +294,7 @@ kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char 
     if (c == NULL)
         goto nomem;
     atomic_init(&c->refs, 1);
+    c->calls_tail = &c->calls_queued;
     c->server = strdup(cfg->server);
     c->user_agent = strdup(cfg->user_agent ? cfg->user_agent : "kinformer/0.1");
     if (c->server == NULL || c->user_agent == NULL)
@@ -405,6 +406,7 @@ void kinf_client_unref(kinf_client *c)
         curl_multi_wakeup(c->multi);
         pthread_join(c->thread, NULL);
     }
+    calls_free_all(c); /* their transfers off the multi before it goes */
     kinf_pipe_free(c->pipe); /* after the I/O thread, its only writer */
     curl_multi_cleanup(c->multi); /* closes its connections: close_socket reads c->socks */
     free(c->socks);

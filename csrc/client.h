@@ -3,8 +3,9 @@
  *
  * Contract:
  * - A client owns one libcurl multi handle driven by one I/O thread, started when the first
- *   reflector attaches (never at creation: nginx creates clients before forking workers) and
- *   stopped when the client is freed. Every transfer of every attached reflector runs there.
+ *   reflector attaches or the first call starts (call.h; never at creation: nginx creates
+ *   clients before forking workers) and stopped when the client is freed. Every transfer of
+ *   every attached reflector and every call runs there.
  *   A transfer that receives no byte (headers included) for its idle_timeout is ended by the
  *   I/O thread's own timer (not libcurl's averaged low-speed check) within a few milliseconds.
  * - Received bodies are scanned on a second thread, the client's pipe (pipe.h): the I/O thread
@@ -40,6 +41,8 @@
  *   otherwise keep carrying the other HTTP/2 streams and the retries, which would hang on it
  *   in turn. The other transfers on it fail at once and are retried on a new connection.
  *
+ * - Calls (call.h) are requests that do not block their caller: transfers of the I/O thread,
+ *   sharing its connections with the watches.
  * - Blocking requests (request.h) run on the caller's thread with easy handles from
  *   kinf_client_easy_take; they share the credentials (under a lock of their own) but not the
  *   I/O thread, so they neither wait for watches nor delay them. kinf_client_easy_give keeps
@@ -50,7 +53,8 @@
  * Threads: kinf_client_new/unref from any thread that is not the I/O thread; the transport's
  * functions as transport.h says; the others from any thread.
  *
- * Ownership: kinf_client_new returns one reference; each attached reflector holds another.
+ * Ownership: kinf_client_new returns one reference; each attached reflector holds another, and
+ * each call until it is freed.
  */
 #ifndef KINF_CLIENT_H
 #define KINF_CLIENT_H
@@ -96,7 +100,8 @@ typedef struct kinf_client_config {
 kinf_client *kinf_client_new(const kinf_client_config *cfg, kinf_err *err, char *errbuf,
                              size_t errlen);
 kinf_client *kinf_client_ref(kinf_client *c);
-/* The last reference stops and joins the I/O thread (all reflectors must have detached). */
+/* The last reference stops and joins the I/O thread (all reflectors must have detached), then
+ * ends and frees the freed calls the I/O thread still held (call.h). */
 void kinf_client_unref(kinf_client *c);
 
 /* The client as a reflector's transport (transport.h): attach starts the I/O thread if needed

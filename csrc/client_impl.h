@@ -4,7 +4,7 @@
  *
  * Threads: the configuration fields are immutable after kinf_client_new; `creds` is under
  * creds_mu; the fields tagged [mu] under mu, [pool] under pool_mu; [io] fields belong to the
- * I/O thread.
+ * I/O thread (and to the last unref once it joined the I/O thread).
  */
 #ifndef KINF_CLIENT_IMPL_H
 #define KINF_CLIENT_IMPL_H
@@ -56,6 +56,17 @@ struct kinf_client {
                                    closed through client_transport.c's socket callbacks) */
     size_t nsocks, socks_cap;
 
+    /* Calls (call.h): non-blocking requests the I/O thread runs. */
+    struct kinf_call *calls_queued; /* [mu] started, not yet taken by the I/O thread; in order */
+    struct kinf_call **calls_tail;  /* [mu] where the next started call is linked */
+    unsigned long calls_cancels;    /* [mu] cancels of taken calls the I/O thread has not served */
+    struct kinf_call *calls_start;  /* [io] taken by calls_take_locked, for calls_run to start */
+    int calls_stop;                 /* [io] calls_io holds cancelled calls, for calls_run */
+    struct kinf_call *calls_io;     /* [io] the calls whose transfers the I/O thread runs */
+    struct kinf_wakeup *calls_wake; /* [mu] readable after completions (informer.h's eventfd);
+                                       made by the first call or kinf_calls_fd, then kept until
+                                       the last unref frees it */
+
     /* Blocking requests' easy handles between two requests (request.h): each keeps its
      * connection open for the next request (keep-alive, TLS session). */
     pthread_mutex_t pool_mu;    /* taken alone, held only to push or pop */
@@ -82,9 +93,11 @@ struct kinf_xfer {
     int responded;              /* on_response ran */
     int headers_done;           /* the last header block seen ended (its blank line came):
                                    a failure before that is a failure reading headers */
-    double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout */
+    double last_byte, idle;     /* kinf_now() of the last byte (headers too), idle_timeout
+                                   (0: none, for a call: its whole-request timeout ends it) */
     struct curl_slist *headers; /* this transfer's own header list (an Accept of its own), or
                                    NULL: the client's; freed with the handle */
+    unsigned warnings;          /* Warning texts its responses carried (noted in c->warnings) */
     int local_port, peer_port;  /* the connection the request went out on (0: none yet): */
     char local_ip[48], peer_ip[48]; /* its addresses, as inet_ntop writes them */
     struct kinf_xfer *prev, *next; /* in c->xfers */
@@ -98,5 +111,35 @@ void client_header_seen(struct kinf_xfer *x, const char *data, size_t len);
  * easy and cred_gen. */
 CURL *client_easy(kinf_client *c, const char *path_query, struct kinf_xfer **x, char *errbuf,
                   size_t errlen);
+
+/* ---- client_transport.c: transfers of the I/O thread, for the I/O thread only ---- */
+
+/* A transfer as the transport's get() makes it (x->easy set up for the I/O thread: callbacks,
+ * socket tracking, idle timer, Accept), not yet on the multi handle: the caller may set more
+ * options (a method, a body), then client_xfer_add, or kinf_client_easy_free(x->easy) (which
+ * frees x) to give up. NULL with a message. */
+struct kinf_xfer *client_xfer_new(kinf_client *c, const kinf_xfer_request *req,
+                                  const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen);
+/* Puts x on the multi handle: its callbacks run from then on, as transport.h says. 0, or -1
+ * with a message and x freed. */
+int client_xfer_add(kinf_client *c, struct kinf_xfer *x, char *errbuf, size_t errlen);
+/* Ends x without on_done (the transport's abort: shuts its connection down when no other
+ * transfer uses it, so the server sees the client go). Accepts NULL. */
+void client_xfer_abort(kinf_client *c, struct kinf_xfer *x);
+/* Starts the I/O thread unless it runs; mu held. KINF_ECLOSED when the client is stopping,
+ * KINF_ENOMEM when the thread cannot be made. */
+kinf_err client_start_io_locked(kinf_client *c);
+
+/* ---- call.c: calls on the I/O thread ---- */
+
+/* I/O thread, mu held: takes the calls started since the last time into c->calls_io and
+ * notes which of its calls were cancelled. Bounded by the calls started and held. */
+void calls_take_locked(kinf_client *c);
+/* I/O thread, mu not held: starts the taken calls' transfers, aborts the cancelled ones' and
+ * lets go of (frees) the calls their owners released. */
+void calls_run(kinf_client *c);
+/* The last unref, after the I/O thread ended: ends and frees every call left (all released:
+ * each unreleased call holds a client reference) and closes the completion fd. */
+void calls_free_all(kinf_client *c);
 
 #endif

@@ -2,11 +2,14 @@
  * client_transport.c - the client's I/O thread and the transport it gives reflectors
  * (transport.h; kinf_client_transport in client.h).
  *
- * The I/O thread loops: take attach/detach requests, let each reflector start what its timers
- * say (kinf_reflector_io_tick), run curl_multi_perform, hand finished transfers back to their
+ * The I/O thread loops: take attach/detach requests and the calls started or cancelled since
+ * (call.c), let each reflector start what its timers say (kinf_reflector_io_tick), start and
+ * abort the calls' transfers, run curl_multi_perform, hand finished transfers back to their
  * callbacks (on_response if not done yet, then on_done), end transfers idle for longer than
  * their idle_timeout, then sleep in curl_multi_poll until a socket is ready, the nearest
  * reflector deadline or idle deadline passes, or another thread calls curl_multi_wakeup.
+ * A call's transfer is made the same way as a reflector's (client_xfer_new, client_impl.h),
+ * with no idle timer: its whole-request timeout is libcurl's.
  *
  * A transfer that asks for an Accept of its own (kinf_xfer_request.accept: a reflector's
  * metadata-only lists and watches) gets a copy of the client's headers with that Accept line
@@ -33,12 +36,14 @@
  * before its reflector sees the result; the reflector's normal error path (backoff, then a new
  * request) then picks up a refreshed token. The pipe's scanner thread (pipe.h) consumes what
  * the reflectors queue: the write callback copies body bytes into the pipe and returns at once.
- * Both threads start with the first attach (the pipe's at its first write) and are joined by
- * the last unref (client.c): the I/O thread first (it is the pipe's only writer), then the pipe.
+ * Both threads start with the first attach or call (the pipe's at its first write) and are
+ * joined by the last unref (client.c): the I/O thread first (it is the pipe's only writer),
+ * then the pipe.
  * Warning headers are noted in the client's record (warning.h) as they arrive.
  *
- * Threads: attach / detach from the reflector's owner; everything else here on the I/O thread.
- * c->xfers is the I/O thread's alone.
+ * Threads: attach / detach from the reflector's owner, client_start_io_locked from whoever
+ * starts the thread (under mu); everything else here on the I/O thread. c->xfers is the I/O
+ * thread's alone.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -184,7 +189,7 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *ud)
     if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0)
         x->retry_after = strtod(data + 12, NULL);
     else if (len > 8 && strncasecmp(data, "Warning:", 8) == 0)
-        kinf_warnings_note(x->c->warnings, data + 8, len - 8);
+        x->warnings += (unsigned)kinf_warnings_note(x->c->warnings, data + 8, len - 8);
     return len;
 }
 
@@ -207,10 +212,9 @@ static void finish(kinf_client *c, struct kinf_xfer *x, kinf_xfer_result result,
     cb.on_done(cb.ud, result, msg);
 }
 
-static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfer_callbacks *cb,
-                        char *errbuf, size_t errlen)
+struct kinf_xfer *client_xfer_new(kinf_client *c, const kinf_xfer_request *req,
+                                  const kinf_xfer_callbacks *cb, char *errbuf, size_t errlen)
 {
-    kinf_client *c = impl;
     struct kinf_xfer *x;
     CURL *easy;
     int failed = 0;
@@ -253,12 +257,32 @@ static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfe
     /* libcurl decodes: on_body gets the JSON. */
     if (req->gzip)
         failed |= curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "gzip") != CURLE_OK;
-    if (failed || curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
+    if (failed) {
         kinf_client_easy_free(easy);
         kinf_errmsg(errbuf, errlen, "cannot start a transfer");
         return NULL;
     }
+    return x;
+}
+
+int client_xfer_add(kinf_client *c, struct kinf_xfer *x, char *errbuf, size_t errlen)
+{
+    if (curl_multi_add_handle(c->multi, x->easy) != CURLM_OK) {
+        kinf_client_easy_free(x->easy); /* frees x too */
+        kinf_errmsg(errbuf, errlen, "cannot start a transfer");
+        return -1;
+    }
     link_xfer(c, x);
+    return 0;
+}
+
+static kinf_xfer *t_get(void *impl, const kinf_xfer_request *req, const kinf_xfer_callbacks *cb,
+                        char *errbuf, size_t errlen)
+{
+    kinf_client *c = impl;
+    struct kinf_xfer *x = client_xfer_new(c, req, cb, errbuf, errlen);
+    if (x == NULL || client_xfer_add(c, x, errbuf, errlen) != 0)
+        return NULL;
     return x;
 }
 
@@ -272,9 +296,8 @@ static int connection_shared(kinf_client *c, const struct kinf_xfer *x)
     return 0;
 }
 
-static void t_abort(void *impl, kinf_xfer *x)
+void client_xfer_abort(kinf_client *c, struct kinf_xfer *x)
 {
-    kinf_client *c = impl;
     if (x == NULL)
         return;
     /* libcurl (7.88) queues an aborted HTTP/2 stream's RST_STREAM but sends it only with the
@@ -286,6 +309,11 @@ static void t_abort(void *impl, kinf_xfer *x)
     drop_xfer(c, x);
 }
 
+static void t_abort(void *impl, kinf_xfer *x)
+{
+    client_xfer_abort(impl, x);
+}
+
 /* Ends the transfers idle for their idle_timeout; returns the nearest idle deadline (or
  * `next` when it is sooner) and counts the ended ones in *ended. */
 static double end_idle(kinf_client *c, double next, int *ended)
@@ -294,6 +322,8 @@ static double end_idle(kinf_client *c, double next, int *ended)
     double now = kinf_now();
 again:
     for (x = c->xfers; x != NULL; x = x->next) {
+        if (x->idle <= 0)
+            continue; /* a call: libcurl's whole-request timeout ends it */
         if (now - x->last_byte >= x->idle) {
             char msg[64];
             snprintf(msg, sizeof(msg), "no data for %.0f s", x->idle);
@@ -350,6 +380,7 @@ static void *io_thread(void *arg)
             pthread_mutex_unlock(&c->mu);
             break;
         }
+        calls_take_locked(c);
         if (c->nattached > cap) {
             kinf_reflector **grown = malloc(c->nattached * sizeof(*grown));
             if (grown != NULL) {
@@ -360,7 +391,8 @@ static void *io_thread(void *arg)
             }
         }
         n = c->nattached < cap ? c->nattached : cap;
-        memcpy(list, c->attached, n * sizeof(*list));
+        if (n > 0) /* none attached: calls alone started the thread (c->attached may be NULL) */
+            memcpy(list, c->attached, n * sizeof(*list));
         pthread_mutex_unlock(&c->mu);
 
         /* Reflectors in `list` stay valid: only this thread forgets them (in
@@ -372,6 +404,7 @@ static void *io_thread(void *arg)
             if (due < next)
                 next = due;
         }
+        calls_run(c);
         curl_multi_perform(c->multi, &running);
         while ((msg = curl_multi_info_read(c->multi, &queued)) != NULL) {
             if (msg->msg == CURLMSG_DONE) {
@@ -406,6 +439,18 @@ static void *io_thread(void *arg)
     return NULL;
 }
 
+kinf_err client_start_io_locked(kinf_client *c)
+{
+    if (c->stopping)
+        return KINF_ECLOSED;
+    if (!c->thread_running) {
+        if (pthread_create(&c->thread, NULL, io_thread, c) != 0)
+            return KINF_ENOMEM;
+        c->thread_running = 1;
+    }
+    return KINF_OK;
+}
+
 /* ---- the transport's other functions ---- */
 
 static kinf_err t_attach(void *impl, kinf_reflector *r)
@@ -432,12 +477,8 @@ static kinf_err t_attach(void *impl, kinf_reflector *r)
                 err = KINF_ENOMEM;
             }
         }
-        if (err == KINF_OK && !c->thread_running) {
-            if (pthread_create(&c->thread, NULL, io_thread, c) != 0)
-                err = KINF_ENOMEM;
-            else
-                c->thread_running = 1;
-        }
+        if (err == KINF_OK)
+            err = client_start_io_locked(c);
         if (err == KINF_OK) {
             c->attached[c->nattached++] = r;
             kinf_client_ref(c);

@@ -212,11 +212,13 @@ void kinf_wakeup_signal(kinf_wakeup *w)
         ;
 }
 
-void kinf_wakeup_clear(kinf_wakeup *w)
+unsigned long kinf_wakeup_clear(kinf_wakeup *w)
 {
-    uint64_t v;
-    while (read(w->fd, &v, sizeof(v)) < 0 && errno == EINTR)
+    uint64_t v = 0;
+    ssize_t n;
+    while ((n = read(w->fd, &v, sizeof(v))) < 0 && errno == EINTR)
         ;
+    return n == (ssize_t)sizeof(v) ? (unsigned long)v : 0; /* EAGAIN: none */
 }
 
 void kinf_wakeup_notify(void *w)

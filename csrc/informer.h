@@ -83,7 +83,8 @@ kinf_wakeup *kinf_wakeup_new(kinf_err *err);
 void kinf_wakeup_free(kinf_wakeup *w);
 int kinf_wakeup_fd(const kinf_wakeup *w);
 void kinf_wakeup_signal(kinf_wakeup *w);
-void kinf_wakeup_clear(kinf_wakeup *w);
+/* Makes the fd unreadable; returns how many signals it took back (since the last clear). */
+unsigned long kinf_wakeup_clear(kinf_wakeup *w);
 /* A FIFO notify hook: kinf_fifo_set_notify(f, kinf_wakeup_notify, w). */
 void kinf_wakeup_notify(void *w);
 

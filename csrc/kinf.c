@@ -27,6 +27,7 @@ const char *kinf_strerror(kinf_err err)
     case KINF_ETOOBIG:   return "input too large";
     case KINF_EIO:       return "i/o error";
     case KINF_ECORRUPT:  return "the shared memory is corrupt";
+    case KINF_ECANCELED: return "cancelled";
     }
     return "unknown error";
 }
@@ -48,6 +49,7 @@ const char *kinf_errname(kinf_err err)
     case KINF_ETOOBIG:   return "ETOOBIG";
     case KINF_EIO:       return "EIO";
     case KINF_ECORRUPT:  return "ECORRUPT";
+    case KINF_ECANCELED: return "ECANCELED";
     }
     return "EUNKNOWN";
 }

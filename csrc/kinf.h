@@ -28,7 +28,8 @@ typedef enum kinf_err {
     KINF_EPARSE,     /* malformed input (JSON) */
     KINF_ETOOBIG,    /* input over a configured size limit */
     KINF_EIO,        /* transport failure */
-    KINF_ECORRUPT    /* shared memory that does not hold what its writer wrote (a stray write) */
+    KINF_ECORRUPT,   /* shared memory that does not hold what its writer wrote (a stray write) */
+    KINF_ECANCELED   /* the caller cancelled the operation (a call, call.h) */
 } kinf_err;
 
 const char *kinf_strerror(kinf_err err);

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "lua_client.h"
 #include "lua_kinf.h"
 #include "reflector.h"
 #include "request.h"
@@ -278,7 +279,7 @@ static int l_client(lua_State *L)
     return lua_gettop(L) - 1;
 }
 
-static kinf_client *check_client(lua_State *L)
+kinf_client *kl_check_client(lua_State *L)
 {
     lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
     if (lc->client == NULL)
@@ -294,9 +295,8 @@ static int c_gc(lua_State *L)
     return 0;
 }
 
-/* Logs (kl_log, level warn) the Warning texts the client received for the first time
- * (warning.h), on this thread: client-go's warning handler with deduplication. */
-static void drain_warnings(lua_State *L, kinf_client *c)
+/* On this thread: client-go's warning handler with deduplication. */
+void kl_drain_warnings(lua_State *L, kinf_client *c)
 {
     char text[KINF_WARNING_MAX], line[KINF_WARNING_MAX + 32];
     while (kinf_warnings_next(kinf_client_warnings(c), text, sizeof(text))) {
@@ -309,9 +309,9 @@ static void drain_warnings(lua_State *L, kinf_client *c)
  * new warnings first. */
 static int c_status(lua_State *L)
 {
-    kinf_client *c = check_client(L);
+    kinf_client *c = kl_check_client(L);
     kinf_warnings_counts wc;
-    drain_warnings(L, c);
+    kl_drain_warnings(L, c);
     kinf_warnings_get_counts(kinf_client_warnings(c), &wc);
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, (lua_Integer)wc.total);
@@ -325,8 +325,43 @@ static int c_status(lua_State *L)
 
 static int c_server(lua_State *L)
 {
-    lua_pushstring(L, kinf_client_server(check_client(L)));
+    lua_pushstring(L, kinf_client_server(kl_check_client(L)));
     return 1;
+}
+
+void kl_check_request(lua_State *L, kinf_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    req->method = luaL_checkstring(L, 2);
+    req->path_query = luaL_checkstring(L, 3);
+    if (!lua_isnoneornil(L, 4)) {
+        req->body = luaL_checklstring(L, 4, &req->body_len);
+        req->content_type = luaL_checkstring(L, 5);
+    }
+    req->timeout = luaL_optnumber(L, 6, 0);
+    if (!(req->timeout >= 0)) /* NaN too */
+        luaL_argerror(L, 6, "timeout must be >= 0");
+    if (!lua_isnoneornil(L, 7)) {
+        lua_Number max = luaL_checknumber(L, 7);
+        if (!(max >= 1))
+            luaL_argerror(L, 7, "max_response_bytes must be >= 1");
+        req->max_response_bytes = max >= 9.0e18 ? (size_t)-1 : (size_t)max;
+    }
+    req->accept = luaL_optstring(L, 8, NULL);
+    if (req->path_query[0] != '/')
+        luaL_argerror(L, 3, "path must start with '/'");
+}
+
+int kl_push_response(lua_State *L, const kinf_response *resp)
+{
+    lua_pushinteger(L, (lua_Integer)resp->status);
+    lua_pushlstring(L, resp->body, resp->len);
+    if (resp->retry_after >= 0)
+        lua_pushnumber(L, resp->retry_after);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, resp->content_type);
+    return 4;
 }
 
 /* client:request(method, path_query [, body, content_type [, timeout [, max_response_bytes
@@ -337,46 +372,22 @@ static int c_server(lua_State *L)
  * returns. */
 static int c_request(lua_State *L)
 {
-    kinf_client *client = check_client(L);
+    kinf_client *client = kl_check_client(L);
     kinf_request req;
     kinf_response resp;
     kinf_err err;
     char msg[512];
 
-    memset(&req, 0, sizeof(req));
-    req.method = luaL_checkstring(L, 2);
-    req.path_query = luaL_checkstring(L, 3);
-    if (!lua_isnoneornil(L, 4)) {
-        req.body = luaL_checklstring(L, 4, &req.body_len);
-        req.content_type = luaL_checkstring(L, 5);
-    }
-    req.timeout = luaL_optnumber(L, 6, 0);
-    if (!(req.timeout >= 0)) /* NaN too */
-        return luaL_argerror(L, 6, "timeout must be >= 0");
-    if (!lua_isnoneornil(L, 7)) {
-        lua_Number max = luaL_checknumber(L, 7);
-        if (!(max >= 1))
-            return luaL_argerror(L, 7, "max_response_bytes must be >= 1");
-        req.max_response_bytes = max >= 9.0e18 ? (size_t)-1 : (size_t)max;
-    }
-    req.accept = luaL_optstring(L, 8, NULL);
-    if (req.path_query[0] != '/')
-        return luaL_argerror(L, 3, "path must start with '/'");
+    kl_check_request(L, &req);
     err = kinf_request_do(client, &req, &resp, msg, sizeof(msg));
     if (err == KINF_EINVAL)
         return luaL_error(L, "kinformer: %s", msg);
     if (err != KINF_OK) {
         return kl_fail(L, err, msg);
     }
-    lua_pushinteger(L, (lua_Integer)resp.status);
-    lua_pushlstring(L, resp.body, resp.len);
+    kl_push_response(L, &resp);
     kinf_response_free(&resp);
-    if (resp.retry_after >= 0)
-        lua_pushnumber(L, resp.retry_after);
-    else
-        lua_pushnil(L);
-    lua_pushstring(L, resp.content_type);
-    drain_warnings(L, client); /* after the body is freed: logging may raise (memory) */
+    kl_drain_warnings(L, client); /* after the body is freed: logging may raise (memory) */
     return 4;
 }
 
@@ -386,7 +397,7 @@ static int c_reflector(lua_State *L)
         "path", "fifo", "label_selector", "field_selector", "watch_list", "strip_managed_fields",
         "page_size", "idle_timeout", "watch_timeout", "backoff_initial", "backoff_max",
         "max_object_bytes", "reuse_known", "metadata_only", "gzip", NULL};
-    kinf_client *client = check_client(L);
+    kinf_client *client = kl_check_client(L);
     opts o = {2, "reflector", 0};
     kinf_reflector_config cfg;
     kinf_fifo *fifo;
@@ -508,7 +519,7 @@ static int r_drain_log(lua_State *L)
      * closed the reflector; a close during drain_warnings leaves the client alive (the client
      * userdata, in the reflector's uservalue, holds a reference of its own). */
     if (lr->client != NULL)
-        drain_warnings(L, lr->client);
+        kl_drain_warnings(L, lr->client);
     return 0;
 }
 
@@ -559,6 +570,9 @@ static int r_last_sync_resource_version(lua_State *L)
 }
 
 static const luaL_Reg CLIENT_METHODS[] = {
+    {"call", kl_client_call},
+    {"calls_drain", kl_client_calls_drain},
+    {"calls_fd", kl_client_calls_fd},
     {"reflector", c_reflector},
     {"request", c_request},
     {"server", c_server},

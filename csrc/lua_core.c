@@ -205,6 +205,7 @@ int luaopen_kinformer_core(lua_State *L)
     kl_open_store(L);
     kl_open_fifo(L);
     kl_open_client(L);
+    kl_open_call(L);
     kl_open_informer(L);
     kl_open_shared(L);
 

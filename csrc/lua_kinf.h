@@ -140,6 +140,7 @@ void kl_open_encode(lua_State *L, int cjson); /* cjson: the index of the lua-cjs
 void kl_open_store(lua_State *L);
 void kl_open_fifo(lua_State *L);
 void kl_open_client(lua_State *L);
+void kl_open_call(lua_State *L);
 void kl_open_informer(lua_State *L);
 void kl_open_loop(lua_State *L); /* now(), catch_signals(on), wait(fds, timeout) */
 

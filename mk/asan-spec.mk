@@ -27,17 +27,17 @@ $(ASAN_MODULE): $(call objects,asan-so,$(CORE_SRC)) $(call objects,asan-lua5.4,$
 	$(ASAN_SPEC_CC) $(ASAN_SPEC_FLAGS) -shared -o $@ $(inputs) $(LIBS)
 
 # The specs that drive the binding and the core: objects, store, queue, informer, shared cache,
-# re-entry, and the client and reflector with their I/O thread against the fake API server. About
-# 45 s on the 2-core machine (informer and reflector take most of it), plus 10 s to build the
-# module. Left out: metadata_spec (2 min here, and one test failed without a sanitizer report),
-# http2_spec (over 5 min: nginx inherits the preloaded runtime) and fault_matrix_spec (70 s);
-# they mostly drive child processes, not more of the binding.
+# re-entry, and the client, its calls and the reflector with their I/O thread against the fake
+# API server. About 50 s on the 2-core machine (informer and reflector take most of it), plus
+# 10 s to build the module. Left out: metadata_spec (2 min here, and one test failed without a
+# sanitizer report), http2_spec (over 5 min: nginx inherits the preloaded runtime) and
+# fault_matrix_spec (70 s); they mostly drive child processes, not more of the binding.
 ASAN_SPECS = spec/keys_spec.lua spec/decode_spec.lua spec/store_spec.lua spec/store_list_spec.lua \
              spec/delta_fifo_spec.lua spec/informer_spec.lua spec/workqueue_spec.lua \
              spec/shared_spec.lua spec/reentrancy_spec.lua spec/client_core_spec.lua \
              spec/rest_spec.lua spec/reflector_spec.lua spec/encode_spec.lua \
              spec/error_text_spec.lua spec/handler_reentrancy_spec.lua spec/hostile_input_spec.lua \
-             spec/shared_memory_spec.lua
+             spec/shared_memory_spec.lua spec/client_call_spec.lua
 
 ASAN_SPEC_ENV = LD_PRELOAD="$$($(ASAN_SPEC_CC) -print-file-name=libasan.so)" \
     ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=0 \

@@ -151,6 +151,42 @@ describe("HTTP/2 through nginx", function()
     assert.are.equal(1, n_rest, "5 REST calls went over " .. n_rest .. " connections")
   end)
 
+  it("runs calls on the watches' connection; a cancelled call's stream ends at the server", function()
+    local from = #proxy:requests() + 1
+    local c = client(DEFAULT)
+    local infs = informers(c, { "pods", "services" })
+    local core_client = c._core
+    local calls = {}
+    for i = 1, 5 do calls[i] = assert(core_client:call("GET", "/api/v1/namespaces/default")) end
+    assert(wait_for(10, function()
+      core_client:calls_drain()
+      for _, k in ipairs(calls) do if not k:done() then return false end end
+      return true
+    end))
+    for _, k in ipairs(calls) do assert.are.equal(200, (k:result())) end
+    -- A POST stalled at the server, cancelled: its stream is reset (the watches keep the
+    -- connection), nginx drops the upstream request, and the object is never made.
+    srv:fault{ method = "POST", path = "/configmaps$", action = { type = "stall", seconds = 1 } }
+    local k = assert(core_client:call("POST", "/api/v1/namespaces/default/configmaps",
+      '{"metadata":{"name":"h2-cancelled"}}', "application/json"))
+    socket.sleep(0.3)
+    k:cancel()
+    assert.are.equal("ECANCELED", select(3, k:result()))
+    socket.sleep(1.2)
+    srv:clear_faults()
+    assert.are.equal(404, (core_client:request("GET", "/api/v1/namespaces/default/configmaps/h2-cancelled")))
+    local lines = stop_and_collect(infs, from, DEFAULT)
+    local calls_and_watches = function(r)
+      return r.watch or r.path == "/api/v1/namespaces/default" or r.method == "POST"
+    end
+    for _, r in ipairs(lines) do assert.are.equal("HTTP/2.0", r.proto) end
+    local n = connections(lines, calls_and_watches)
+    assert.are.equal(1, n, "watches and calls went over " .. n .. " connections")
+    local posts = {}
+    for _, r in ipairs(lines) do if r.method == "POST" then posts[#posts + 1] = r.status end end
+    assert.are.same({ 499 }, posts) -- nginx: the client closed the request
+  end)
+
   it("asks for gzip on lists only with gzip = true; the cache is the same", function()
     local from = #proxy:requests() + 1
     local c = client(DEFAULT)

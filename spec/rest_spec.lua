@@ -5,14 +5,7 @@
 local kinformer = require "kinformer"
 local cjson = require "cjson"
 local fake = require "support.fake_apiserver"
-
-local function requests_to(srv, method, pattern)
-  local out = {}
-  for _, q in ipairs(srv:requests()) do
-    if q.method == method and q.path:find(pattern) then out[#out + 1] = q end
-  end
-  return out
-end
+local exec_plugin = require "support.exec_plugin"
 
 local function cm(name, ns, data)
   return { apiVersion = "v1", kind = "ConfigMap",
@@ -104,7 +97,7 @@ describe("REST client", function()
       { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "p", namespace = "default" },
         data = { e = "6" } }, { type = "apply", field_manager = "kinformer-spec", force = true }))
     assert.equal("6", applied.data.e)
-    local q = requests_to(srv, "PATCH", "/configmaps/p$")
+    local q = srv:requests_to("PATCH", "/configmaps/p$")
     assert.equal(3, #q)
     assert.equal("kinformer-spec", q[3].query.fieldManager)
     assert.equal("true", q[3].query.force)
@@ -126,7 +119,7 @@ describe("REST client", function()
     local written = assert(client:update_status("pods", pod))
     assert.equal("Running", written.status.phase)
     assert.is_nil(written.spec.nodeName)
-    assert.equal(1, #requests_to(srv, "PUT", "^/api/v1/namespaces/default/pods/p1/status$"))
+    assert.equal(1, #srv:requests_to("PUT", "^/api/v1/namespaces/default/pods/p1/status$"))
     -- A plain update does not change the status.
     local cur = assert(client:get("pods", "default/p1"))
     cur.status = { phase = "Failed" }
@@ -145,7 +138,7 @@ describe("REST client", function()
     assert.equal("bulk-1203", list.items[1203].metadata.name)
     assert.is_nil(list.metadata.continue)
     assert.truthy(list.metadata.resourceVersion)
-    local q = requests_to(srv, "GET", "^/api/v1/namespaces/paged/configmaps$")
+    local q = srv:requests_to("GET", "^/api/v1/namespaces/paged/configmaps$")
     assert.equal(3, #q)
     assert.equal("500", q[1].query.limit)
     assert.is_nil(q[1].query.continue)
@@ -228,13 +221,13 @@ describe("REST client", function()
     assert.is_nil(dry.metadata.resourceVersion) -- the server stored nothing
     assert(client:delete("configmaps", "default/opts", { propagation_policy = "Foreground" }))
     client:list("pods", { label_selector = "app in (a,b),tier!=x" })
-    local post = requests_to(srv, "POST", "/configmaps$")[1]
+    local post = srv:requests_to("POST", "/configmaps$")[1]
     assert.equal("All", post.query.dryRun)
     assert.equal("me", post.query.fieldManager)
     local _, gerr = client:get("configmaps", "default/dry")
     assert.equal(404, gerr.code)
-    assert.equal(1, #requests_to(srv, "DELETE", "/configmaps/opts$"))
-    local list = requests_to(srv, "GET", "^/api/v1/pods$")[1]
+    assert.equal(1, #srv:requests_to("DELETE", "/configmaps/opts$"))
+    local list = srv:requests_to("GET", "^/api/v1/pods$")[1]
     assert.equal("app in (a,b),tier!=x", list.query.labelSelector)
   end)
 
@@ -256,7 +249,7 @@ describe("REST client", function()
       { { op = "test", path = "/metadata/resourceVersion", value = cur.metadata.resourceVersion },
         { op = "replace", path = "/status/replicas", value = 9 } }, { type = "json" }))
     assert.equal(9, res.status.replicas)
-    local q = requests_to(srv, "PATCH", "/deployments/st/status$")
+    local q = srv:requests_to("PATCH", "/deployments/st/status$")
     assert.equal(4, #q)
     assert.equal("rest-spec", q[3].query.fieldManager)
 
@@ -267,7 +260,7 @@ describe("REST client", function()
     applied = assert(client:apply("configmaps", cm("applied", "default", { k = "v2" }),
                                   { field_manager = "rest-spec", force = true }))
     assert.equal("v2", applied.data.k)
-    q = requests_to(srv, "PATCH", "/namespaces/default/configmaps/applied$")
+    q = srv:requests_to("PATCH", "/namespaces/default/configmaps/applied$")
     assert.equal(2, #q)
     assert.equal("rest-spec", q[1].query.fieldManager)
     assert.is_nil(q[1].query.force)
@@ -289,9 +282,9 @@ describe("REST client", function()
                                   { namespace = "default" }))
     assert.equal(4, s.spec.replicas)
     assert.equal(4, assert(client:get("deployments", "default/sc")).spec.replicas)
-    assert.equal(1, #requests_to(srv, "GET", "/deployments/sc/scale$"))
-    assert.equal(1, #requests_to(srv, "PUT", "/deployments/sc/scale$"))
-    assert.equal(1, #requests_to(srv, "PATCH", "/deployments/sc/scale$"))
+    assert.equal(1, #srv:requests_to("GET", "/deployments/sc/scale$"))
+    assert.equal(1, #srv:requests_to("PUT", "/deployments/sc/scale$"))
+    assert.equal(1, #srv:requests_to("PATCH", "/deployments/sc/scale$"))
     local none, err = client:get_scale("configmaps", "default/x")
     assert.is_nil(none)
     assert.equal(404, err.code)
@@ -318,7 +311,7 @@ describe("REST client", function()
     local res, wrote = client:update_status_if_changed("deployments", dep, new_status)
     assert.is_true(wrote)
     assert.same(new_status, res.status)
-    assert.equal(1, #requests_to(srv, "PUT", "/deployments/sic/status$"))
+    assert.equal(1, #srv:requests_to("PUT", "/deployments/sic/status$"))
     srv:clear_requests()
     local same_obj, wrote2 = client:update_status_if_changed("deployments", res,
       { conditions = { { status = "True", type = "Ready" } }, observedGeneration = 1 })
@@ -426,7 +419,7 @@ describe("REST client authentication", function()
     f:close()
     srv:clear_requests()
     assert.equal("auth", assert(client:get("configmaps", "default/auth")).metadata.name)
-    local q = requests_to(srv, "GET", "/configmaps/auth$")
+    local q = srv:requests_to("GET", "/configmaps/auth$")
     assert.equal(1, #q) -- the changed file was re-read before sending
     assert.equal("bearer", q[1].auth)
 
@@ -444,26 +437,18 @@ describe("REST client authentication", function()
   it("re-runs an exec plugin after a 401 and retries the request once", function()
     local OLD, NEW = "rest-exec-old-51c0", "rest-exec-new-9e7d"
     local srv = fake.start{ quiet = true, args = { "--token", OLD } }
-    local cred = os.tmpname()
+    local plugin = exec_plugin.new(OLD)
     finally(function()
       srv:stop()
-      os.remove(cred)
+      plugin:remove()
     end)
-    local function issue(token)
-      local f = assert(io.open(cred, "w"))
-      f:write(('{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
-        .. '"status":{"token":"%s"}}'):format(token))
-      f:close()
-    end
-    issue(OLD)
-    local client = assert(kinformer.client{ server = srv.url, exec = {
-      command = "cat", args = { cred }, api_version = "client.authentication.k8s.io/v1" } })
+    local client = assert(kinformer.client{ server = srv.url, exec = plugin.exec })
     assert(client:create("configmaps", cm("exec-auth", "default")))
     srv:control("POST", "/_fake/auth", { tokens = { NEW } })
-    issue(NEW) -- the plugin's cached credential (no expiry) is now stale
+    plugin:issue(NEW) -- the plugin's cached credential (no expiry) is now stale
     srv:clear_requests()
     assert(client:get("configmaps", "default/exec-auth"))
-    local q = requests_to(srv, "GET", "/configmaps/exec%-auth$")
+    local q = srv:requests_to("GET", "/configmaps/exec%-auth$")
     assert.equal(2, #q) -- the 401 with the cached token, then the retry with the new one
     assert.equal("none", q[1].auth)
     assert.equal("bearer", q[2].auth)

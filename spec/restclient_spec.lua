@@ -14,14 +14,6 @@ local function cm(name, ns)
            data = { a = "1" } }
 end
 
-local function requests_to(srv, method, pattern)
-  local out = {}
-  for _, q in ipairs(srv:requests()) do
-    if q.method == method and q.path:find(pattern) then out[#out + 1] = q end
-  end
-  return out
-end
-
 -- Replaces kinformer.clock with a fake one for fn's duration: sleeps are recorded and move the
 -- fake time on at once.
 local function with_fake_clock(fn)
@@ -99,7 +91,7 @@ describe("REST client flow control, warnings and impersonation", function()
         assert.equal(6, st.requests)
         assert.equal(4, st.throttled)
         assert.near(0.8, st.throttle_wait_seconds, 1e-9)
-        assert.equal(6, #requests_to(srv, "GET", "/configmaps/none$"))
+        assert.equal(6, #srv:requests_to("GET", "/configmaps/none$"))
       end)
     end)
 
@@ -145,7 +137,7 @@ describe("REST client flow control, warnings and impersonation", function()
         assert.equal("r1", got.metadata.name)
         -- throttle 4 s, Retry-After 2 s, throttle the rest of the 4 s (2), Retry-After, throttle
         assert.same({ 4, 2, 2, 2, 2 }, sleeps)
-        assert.equal(3, #requests_to(srv, "GET", "/configmaps/r1$")) -- two 429s, then the answer
+        assert.equal(3, #srv:requests_to("GET", "/configmaps/r1$")) -- two 429s, then the answer
         local st = c:status()
         assert.equal(2, st.retries)
         assert.equal(4, st.retry_wait_seconds)
@@ -162,7 +154,7 @@ describe("REST client flow control, warnings and impersonation", function()
         local created = assert(c:create("configmaps", cm("r503", "default")))
         assert.equal("r503", created.metadata.name)
         assert.equal(1, #sleeps)
-        assert.equal(2, #requests_to(srv, "POST", "/configmaps$"))
+        assert.equal(2, #srv:requests_to("POST", "/configmaps$"))
       end)
     end)
 
@@ -175,7 +167,7 @@ describe("REST client flow control, warnings and impersonation", function()
         assert.equal(429, err.code)
         assert.equal(2, err.retries)
         assert.equal(1, err.retry_after)
-        assert.equal(3, #requests_to(srv, "GET", "/configmaps/busy$"))
+        assert.equal(3, #srv:requests_to("GET", "/configmaps/busy$"))
         srv:clear_faults()
         srv:clear_requests()
 
@@ -186,15 +178,15 @@ describe("REST client flow control, warnings and impersonation", function()
         srv:fault{ path = "/configmaps/broken$", action = { status = 500 } }
         _, err = c:get("configmaps", "default/broken")
         assert.equal(500, err.code) -- no Retry-After: no retry
-        assert.equal(1, #requests_to(srv, "GET", "/configmaps/later$"))
-        assert.equal(1, #requests_to(srv, "GET", "/configmaps/broken$"))
+        assert.equal(1, #srv:requests_to("GET", "/configmaps/later$"))
+        assert.equal(1, #srv:requests_to("GET", "/configmaps/broken$"))
 
         -- The call's timeout bounds its retries: 2 s leave room for one wait of 1 s.
         srv:fault{ path = "/configmaps/short$", times = -1, action = { status = 429, retry_after = 1 } }
         _, err = c:get("configmaps", "default/short", { timeout = 2 })
         assert.equal(429, err.code)
         assert.equal(1, err.retries)
-        assert.equal(2, #requests_to(srv, "GET", "/configmaps/short$"))
+        assert.equal(2, #srv:requests_to("GET", "/configmaps/short$"))
         srv:clear_faults()
 
         local never = client{ max_retries = 0 }
@@ -246,7 +238,7 @@ describe("REST client flow control, warnings and impersonation", function()
         end
         inf:stop()
         assert.is_true(c:status().warnings >= 2)
-        assert.equal(2, #requests_to(srv, "GET", "/widgets$")) -- one list, one watch
+        assert.equal(2, #srv:requests_to("GET", "/widgets$")) -- one list, one watch
         assert.equal(1, count(lines, "API server warning: example.com/v1beta1 Widget is deprecated"))
       end)
     end)
@@ -258,7 +250,7 @@ describe("REST client flow control, warnings and impersonation", function()
                         impersonate_groups = { "devs", "ops" },
                         impersonate_extra = { scopes = { "view", "edit" }, ["example.com/Team %"] = "blue" } }
       assert(c:create("configmaps", cm("as-jane", "default")))
-      local q = requests_to(srv, "POST", "/configmaps$")[1]
+      local q = srv:requests_to("POST", "/configmaps$")[1]
       assert.equal("admin", q.user)
       assert.same({ user = "jane", uid = "u-1", groups = { "devs", "ops" },
                     extra = { scopes = { "view", "edit" }, ["example.com/team %"] = { "blue" } } },
@@ -270,7 +262,7 @@ describe("REST client flow control, warnings and impersonation", function()
       local deadline = kinformer.now() + 5
       local watch
       repeat
-        for _, r in ipairs(requests_to(srv, "GET", "/configmaps$")) do
+        for _, r in ipairs(srv:requests_to("GET", "/configmaps$")) do
           if r.query.watch then watch = r end
         end
         if not watch then core.sleep(0.02) end
@@ -278,7 +270,7 @@ describe("REST client flow control, warnings and impersonation", function()
       inf:stop()
       assert.is_table(watch, "the informer's watch reached the server")
       assert.equal("jane", watch.impersonate.user)
-      for _, r in ipairs(requests_to(srv, "GET", "/configmaps$")) do
+      for _, r in ipairs(srv:requests_to("GET", "/configmaps$")) do
         assert.equal("jane", r.impersonate and r.impersonate.user) -- the list too
       end
     end)
@@ -334,7 +326,7 @@ describe("REST client flow control, warnings and impersonation", function()
       local c = assert(kinformer.client{ kubeconfig = kc })
       os.remove(kc)
       assert(c:list("configmaps", { namespace = "default" }))
-      local q = requests_to(srv, "GET", "/configmaps$")[1]
+      local q = srv:requests_to("GET", "/configmaps$")[1]
       assert.same({ user = "jane", groups = { "devs" }, extra = { reason = { "audit" } } }, q.impersonate)
     end)
   end)

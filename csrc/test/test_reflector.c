@@ -10,48 +10,10 @@
 #include <unistd.h>
 
 #include "ctest.h"
+#include "fake_server.h"
 #include "reflector.h"
 #include "store.h"
 #include "request.h"
-
-static FILE *server;
-static pid_t server_pid;
-static char url[128];
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Starts the fake server with N pods: the shell prints its pid, then exec's the server, which
- * prints its URL (and dies with us: --exit-with-parent). */
-static int start_server(int pods)
-{
-    char cmd[256], line[64];
-    snprintf(cmd, sizeof(cmd),
-             "sh -c 'echo $$; exec python3 tools/fake-apiserver/server.py --port 0 --pods %d "
-             "--exit-with-parent'",
-             pods);
-    server = popen(cmd, "r");
-    if (server == NULL || fgets(line, sizeof(line), server) == NULL ||
-        fgets(url, sizeof(url), server) == NULL)
-        return 0;
-    server_pid = (pid_t)atol(line);
-    url[strcspn(url, "\r\n")] = '\0';
-    return server_pid > 0 && strncmp(url, "http://", 7) == 0;
-}
-
-static void stop_server(void)
-{
-    if (server_pid > 0)
-        kill(server_pid, SIGTERM);
-    if (server != NULL)
-        pclose(server);
-    server = NULL;
-    server_pid = 0;
-}
 
 static kinf_reflector *new_reflector(kinf_client *client, kinf_fifo *fifo,
                                      const kinf_reflector_config *rc)
@@ -230,8 +192,6 @@ static void relist_reuses_unchanged_records(void)
     kinf_client_config cc = {0};
     kinf_reflector_config rc = {0};
     kinf_reflector_status st;
-    kinf_request req = {0};
-    kinf_response resp;
     kinf_object **before = NULL, **after = NULL;
     size_t nb = 0, na = 0, same = 0;
     const char *rule = "{\"watch\":true,\"action\":{\"status\":410}}";
@@ -260,13 +220,7 @@ static void relist_reuses_unchanged_records(void)
     apply_pops(fifo, store, 0.5);
     CHECK(kinf_store_list(store, &before, &nb) == KINF_OK && nb == 30);
 
-    req.method = "POST";
-    req.path_query = "/_fake/faults";
-    req.body = rule;
-    req.body_len = strlen(rule);
-    req.content_type = "application/json";
-    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
-    kinf_response_free(&resp);
+    add_fault(client, rule);
     t0 = now();
     do {
         apply_pops(fifo, store, 0.1);
@@ -313,8 +267,6 @@ static void watch_list_relists_through_watch_list(void)
     kinf_client_config cc = {0};
     kinf_reflector_config rc = {0};
     kinf_reflector_status st;
-    kinf_request req = {0};
-    kinf_response resp;
     const char *rule = "{\"watch\":true,\"query\":{\"sendInitialEvents\":null},"
                        "\"action\":{\"type\":\"error_event\",\"code\":410,"
                        "\"reason\":\"Expired\"}}";
@@ -345,13 +297,7 @@ static void watch_list_relists_through_watch_list(void)
     kinf_reflector_status_get(r, &st);
     CHECK(st.listed && st.lists == 1 && strcmp(st.phase, "watching") == 0);
 
-    req.method = "POST";
-    req.path_query = "/_fake/faults";
-    req.body = rule;
-    req.body_len = strlen(rule);
-    req.content_type = "application/json";
-    CHECK(kinf_request_do(client, &req, &resp, msg, sizeof(msg)) == KINF_OK && resp.status == 200);
-    kinf_response_free(&resp);
+    add_fault(client, rule);
     t0 = now();
     do {
         apply_pops(fifo, store, 0.1);

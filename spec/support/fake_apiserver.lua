@@ -107,6 +107,16 @@ end
 
 --- srv:requests() -> array of {method, path, query = {param = value}, time}
 function Server:requests() return self:control("GET", "/_fake/requests") end
+
+--- srv:requests_to(method, pattern) -> the logged requests with that method whose path
+-- matches the Lua pattern, oldest first
+function Server:requests_to(method, pattern)
+  local out = {}
+  for _, q in ipairs(self:requests()) do
+    if q.method == method and q.path:find(pattern) then out[#out + 1] = q end
+  end
+  return out
+end
 function Server:clear_requests() return self:control("DELETE", "/_fake/requests") end
 
 --- srv:fault(rule or {rule, ...}): add fault rules (format: docs/fake-apiserver.md)
