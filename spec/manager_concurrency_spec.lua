@@ -212,6 +212,7 @@ describe("kinformer.manager concurrency", function()
     -- an informer created aside and never started: its store is empty, and the log says why
     local aside = client:informer{ resource = "configmaps", namespace = ns, label_selector = "x=y" }
     assert.equals(0, aside:store():len())
+    drive(mgr, 2.2) -- a second after the store was taken, at the manager's next look
     local warned = false
     for _, l in ipairs(logs) do
       if l:find("^warn informer") and l:find("never started", 1, true) then warned = true end

@@ -398,13 +398,27 @@ end
 --- informer:store() -> the informer's cache (read-only: get, get_by_key, list, list_keys,
 -- by_index, index_keys, list_index_func_values, index, len).
 function Informer:store()
-  if not self._started and not self._store_warned then
-    self._store_warned = true -- once: an empty store nobody fills is a trap, not an error
-    core.log("warn", "informer " .. self._name .. ": store() of an informer that was never " ..
-      "started: it stays empty until informer:start() (in a manager, mgr:informer{...} " ..
-      "returns the informers the manager runs and starts)")
+  if not self._started and not self._store_taken then
+    self._store_taken = clock.now() -- a manager names a store nobody starts (warn_unstarted)
   end
   return self._store
+end
+
+--- informer.warn_unstarted(client, grace): logs once per informer of client whose store() was
+-- taken more than grace seconds ago while nobody started it (an empty store nobody fills is a
+-- trap, not an error: a manager calls this for its client).
+function _M.warn_unstarted(client, grace)
+  local now = clock.now()
+  for _, inf in pairs(client._informers or {}) do
+    local t = inf._store_taken
+    if t and not inf._started and not inf._stopped and not inf._unstarted_warned
+        and now - t >= grace then
+      inf._unstarted_warned = true
+      core.log("warn", "informer " .. inf._name .. ": its store was taken but the informer " ..
+        "was never started: it stays empty (in a manager, mgr:informer{...} returns the " ..
+        "informers the manager runs; elsewhere call informer:start())")
+    end
+  end
 end
 
 -- ---- life cycle ----

@@ -43,6 +43,7 @@ local controller = require "kinformer.controller"
 local events = require "kinformer.events"
 local leaderelection = require "kinformer.leaderelection"
 local task = require "kinformer.task"
+local informer = require "kinformer.informer"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
@@ -337,9 +338,11 @@ function Manager:_fresh(group, kind, key, store, resource)
   return obj
 end
 
-local function prune_written(self, now)
+-- Once a second: forget what the caches caught up with long ago, name unstarted informers.
+local function housekeeping(self, now)
   if now < (self._prune_at or 0) then return end
   self._prune_at = now + 1
+  informer.warn_unstarted(self.client, 1)
   for k, w in pairs(self._written) do
     if now - w.at > RYOW_TIMEOUT then self._written[k] = nil end
   end
@@ -529,7 +532,7 @@ function Manager:_step()
     end
   end
   if leading then flush_events(self) end
-  prune_written(self, now)
+  housekeeping(self, now)
   if self._metrics_server then self._metrics_server:step() end
   if busy then return 0 end
   return math_max(0, due)

@@ -7,6 +7,11 @@
 -- - Every call is one blocking HTTP request from the calling Lua thread (csrc/request.h), with
 --   the client's configuration and credentials; informers' watches go on meanwhile on the
 --   client's I/O thread. Not for an nginx request handler: use an informer's store there.
+--   Inside a task (kinformer.task: a manager's reconciles, elector and recorder) each request
+--   is a call on the client's I/O thread instead (core_client:call) and only the task waits,
+--   as it does for the throttle and Retry-After; the task's guard is asked right before each
+--   request is sent (a refusal: err.reason "Fenced", nothing sent), its on_write hook told of
+--   each successful write.
 -- - Success returns the decoded response (a plain, mutable Lua table; lua-cjson's decoding).
 --   Failure returns nil, err where err is a table: err.code (HTTP status; 0 when no response
 --   came), err.reason (the Status reason, e.g. "Conflict", "NotFound", "AlreadyExists";
