@@ -513,7 +513,10 @@ function Manager:_step()
   end
   local now = clock.now()
   local due = math_min(MAX_WAIT, sleep)
-  local synced = self:synced()
+  -- Once every informer synced the manager works on; an informer added later (mgr:informer,
+  -- ctx:get of another resource) holds back only what reads it.
+  if not self._ever_synced then self._ever_synced = self:synced() end
+  local synced = self._ever_synced
   local el = self._elector
   if synced and el and not self._stopping then
     if now >= (self._elector_due or 0) then tick_elector(self) end
