@@ -52,9 +52,10 @@ void kl_push_object(lua_State *L, kinf_object *obj);
 
 /*
  * Decodes JSON that is valid already (a record's bytes, or a span of them) into the value
- * lua-cjson's decode would make, faster (lua_decode.c). Returns 1 with the value pushed, or 0 with
- * the stack unchanged when it could not (then decode with lua-cjson, which reports why). Raises
- * only on memory errors.
+ * lua-cjson's decode would make, faster (lua_decode.c), but for kinformer's number rule: on
+ * Lua 5.4 a number without a fraction and an exponent that fits in 64 bits is an integer, any
+ * other a float. Returns 1 with the value pushed, or 0 with the stack unchanged when it could
+ * not (then decode with lua-cjson, which reports why). Raises only on memory errors.
  */
 int kl_decode(lua_State *L, const char *json, size_t len);
 

@@ -77,6 +77,7 @@ void kl_decode_or_raise(lua_State *L, const char *json, size_t len, const char *
 {
     if (kl_decode(L, json, len))
         return;
+    /* Not reached for valid records on Lua 5.4 (lua_decode.c): lua-cjson's numbers are floats. */
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushlstring(L, json, len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
@@ -431,14 +432,18 @@ static void push_copy(lua_State *L, int idx)
         kl_decode_span(L, b, "metadata");
         return;
     }
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushcfunction(L, l_encode);
     lua_pushvalue(L, idx);
     lua_call(L, 1, 2);
     if (lua_isnil(L, -2))
         kl_argerror(L, 1, "to_table", "%s", lua_tostring(L, -1));
     lua_pop(L, 1);
-    lua_call(L, 1, 1);
+    {
+        size_t len;
+        const char *json = lua_tolstring(L, -1, &len); /* stays on the stack below the copy */
+        kl_decode_or_raise(L, json, len, "the copy", "a table");
+        lua_remove(L, -2);
+    }
 }
 
 /* to_table(obj): a fresh, fully decoded, mutable copy (tombstones: a plain {key, obj}). */
@@ -449,7 +454,8 @@ static int l_to_table(lua_State *L)
     return 1;
 }
 
-/* decode(json): the value (as lua-cjson decodes it), or nil, err for input that is not JSON. */
+/* decode(json): the value (as lua-cjson decodes it, but for kl_decode's number rule), or nil,
+ * err for input that is not JSON. */
 static int l_decode(lua_State *L)
 {
     size_t len;
