@@ -138,7 +138,7 @@ SPEC_LUAJIT = spec/keys_spec.lua spec/decode_spec.lua spec/encode_spec.lua spec/
               spec/rest_spec.lua spec/leaderelection_spec.lua spec/discovery_spec.lua \
               spec/metadata_spec.lua spec/shared_spec.lua spec/error_text_spec.lua \
               spec/reentrancy_spec.lua spec/handler_reentrancy_spec.lua spec/client_call_spec.lua \
-              spec/manager_concurrency_spec.lua
+              spec/manager_concurrency_spec.lua spec/object_rule_spec.lua
 
 # The demo: the fake API server (sample cluster, churn) watched by examples/pod-watcher.lua for
 # DEMO_SECONDS; Ctrl-C stops it sooner. With KUBECONFIG set it watches that cluster (tools/demo.sh).

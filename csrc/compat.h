@@ -49,8 +49,9 @@ static inline void *kl_newuserdata(lua_State *L, size_t size)
     return lua_newuserdata(L, size);
 }
 
-/* Lua 5.1 numbers are all floats. */
+/* Lua 5.1 numbers are all floats (doubles): there is no integer subtype to push. */
 #define kl_isinteger(L, i) 0
+#define KL_HAS_INTEGERS 0
 #else
 #define kl_rawlen(L, i) lua_rawlen((L), (i))
 #define kl_absindex(L, i) lua_absindex((L), (i))
@@ -60,6 +61,7 @@ static inline void *kl_newuserdata(lua_State *L, size_t size)
 #define kl_getuservalue(L, i) ((void)lua_getiuservalue((L), (i), 1))
 #define kl_newuserdata(L, size) lua_newuserdatauv((L), (size), 1)
 #define kl_isinteger(L, i) lua_isinteger((L), (i))
+#define KL_HAS_INTEGERS 1
 #endif
 
 #endif

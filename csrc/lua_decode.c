@@ -1,29 +1,37 @@
 /*
  * lua_decode.c - JSON -> Lua values for the bytes of records, which are valid JSON already (the
- * reflector's scanner validated them, or lua-cjson encoded them). Contract in lua_kinf.h.
+ * reflector's scanner validated them, or kinformer encoded them), and for core.decode (REST
+ * response bodies among them). Contract in lua_kinf.h.
  *
- * It makes exactly what lua-cjson's decode makes (numbers are floats, null is cjson.null, a NULL
- * light userdata; empty objects and arrays are empty tables without a metatable; the last of
- * duplicate keys wins), only faster: a string without escapes is pushed straight from the input
- * (lua-cjson copies every string into a buffer first), and a table is created at its final size
- * from the members left on the Lua stack (lua-cjson grows every table by rehashing).
+ * It makes what lua-cjson's decode makes (null is cjson.null, a NULL light userdata; empty
+ * objects and arrays are empty tables without a metatable; the last of duplicate keys wins), with
+ * one difference, kinformer's number rule: on Lua 5.4 a number written without a fraction and
+ * without an exponent that fits in a signed 64-bit integer is a Lua integer ("3", "-4",
+ * "9007199254740993" exactly); any other number is a float ("1.0", "1e3", "1e400", and integers
+ * beyond 64 bits). lua-cjson makes every number a float. On LuaJIT every number is a double, as
+ * lua-cjson makes it. It is also faster: a string without escapes is pushed straight from the
+ * input (lua-cjson copies every string into a buffer first), and a table is created at its final
+ * size from the members left on the Lua stack (lua-cjson grows every table by rehashing).
  *
  * For input that is not valid JSON it takes what lua-cjson takes (lua-cjson is lenient with
- * numbers: "+1", "01", "1."; raw control bytes in strings but NUL) and refuses the rest, so kinformer's
- * core.decode reads any string as lua-cjson would.
+ * numbers: "+1" and "01", integers by the rule above, "1." a float; raw control bytes in strings
+ * but NUL) and refuses the rest, so kinformer's core.decode reads any string as lua-cjson would.
  *
  * It never reports an error itself: on anything it does not expect (malformed input, nesting
- * deeper than MAX_DEPTH, a number strtod does not take whole, e.g. under a locale with a decimal
- * comma, or no room on the Lua stack) it restores the stack and returns 0, and the caller decodes
- * with lua-cjson, which gives the error or the value. Never raises; allocation failures inside the
- * Lua API raise as usual (memory errors).
+ * deeper than MAX_DEPTH, lua-cjson's limit too, a non-integer number strtod does not take whole,
+ * e.g. under a locale with a decimal comma, or no room on the Lua stack) it restores the stack
+ * and returns 0, and the caller decodes with lua-cjson, which gives the error or the value (then
+ * with lua-cjson's floats: valid JSON gets there only on LuaJIT, whose stack of 65500 slots a
+ * document nested some 500 deep with wide objects at every level can exhaust). Never raises;
+ * allocation failures inside the Lua API raise as usual (memory errors).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lua_kinf.h"
 
-#define MAX_DEPTH 200  /* deeper: lua-cjson's turn (it allows 1000) */
+#define MAX_DEPTH 1000 /* lua-cjson's limit: deeper, its error */
 #define BATCH 64       /* members kept on the stack before a big table gets them */
 #define MAX_NUMBER 64  /* longer number tokens: lua-cjson's turn */
 
@@ -88,17 +96,49 @@ static int string(dec *d)
     return 1;
 }
 
+/* Pushes the integer of token s[0..n), an optional sign and digits only, and returns 1; 0 when it
+ * does not fit in a lua_Integer (64 bits): then it is a float. */
+static int push_integer(lua_State *L, const unsigned char *s, size_t n)
+{
+    const unsigned char *end = s + n;
+    int neg = *s == '-';
+    /* the magnitude's limit: 2^63 for a negative number, 2^63 - 1 else */
+    unsigned long long u = 0, max = neg ? (unsigned long long)LLONG_MAX + 1 : LLONG_MAX;
+
+    if (*s == '-' || *s == '+')
+        s++;
+    for (; s < end; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (u > (max - d) / 10)
+            return 0;
+        u = u * 10 + d;
+    }
+    /* -2^63 as an unsigned magnitude: negating it in unsigned arithmetic is exact */
+    lua_pushinteger(L, neg ? (lua_Integer)(0ULL - u) : (lua_Integer)u);
+    return 1;
+}
+
 static int number(dec *d)
 {
     const unsigned char *s = d->p, *q = s;
     char tok[MAX_NUMBER + 1], *endp;
+    int digits = 0, other = 0; /* digits, and anything but a leading sign */
     double v;
 
     while (q < d->end && ((*q >= '0' && *q <= '9') || *q == '-' || *q == '+' || *q == '.' ||
-                          *q == 'e' || *q == 'E'))
+                          *q == 'e' || *q == 'E')) {
+        if (*q >= '0' && *q <= '9')
+            digits++;
+        else if (q != s)
+            other++;
         q++;
+    }
     if (q == s || q - s > MAX_NUMBER)
         return 0;
+    if (KL_HAS_INTEGERS && digits > 0 && other == 0 && push_integer(d->L, s, (size_t)(q - s))) {
+        d->p = q;
+        return 1;
+    }
     memcpy(tok, s, (size_t)(q - s));
     tok[q - s] = '\0';
     v = strtod(tok, &endp);

@@ -8,7 +8,9 @@
  * 1234567890123500. Here a Lua 5.4 integer is written as such; a float that is integral and
  * below 2^53 in magnitude is written as an integer (no exponent); any other float in the
  * shortest of %.15g, %.16g and %.17g that strtod reads back as the same double (%.17g always
- * does). NaN and infinities are refused, as lua-cjson refuses them.
+ * does). NaN and infinities are refused, as lua-cjson refuses them. Read back by kl_decode on
+ * Lua 5.4, an integer stays an integer and an integral float written without an exponent
+ * (3.0 as "3") becomes one: the API server's integer fields refuse "3.0".
  *
  * Tables, as lua-cjson decides: a table whose keys are all positive integers is an array
  * (holes are null) unless it is excessively sparse (highest index over twice the number of

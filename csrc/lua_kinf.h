@@ -5,11 +5,13 @@
  * file's registration function.
  *
  * Objects and tables (one Lua state; all of this runs on the thread that owns it):
- * - A record is decoded (lua-cjson) at most once while its table lives: `decoded` maps the
+ * - A record is decoded (kl_decode) at most once while its table lives: `decoded` maps the
  *   record's address to its table (weak values). `records` maps a table to a "record box"
  *   userdata that holds a reference on the record (weak keys), so a record cannot be freed,
  *   and its address reused, while its decoded entry exists.
- * - Tables that kinformer decoded are read-only by contract and are never re-encoded: handing one
+ * - Every record is handed out as a table kinformer made (lazily decoded, lua_lazy.c), also one a
+ *   user table was encoded into: the user's table is never linked to its record. Those tables are
+ *   read-only (assigning a member they do not hold raises) and are never re-encoded: handing one
  *   back (e.g. a popped object into a store) reuses its record. Tables a user built are encoded
  *   on every write, so editing and re-adding one does what it says.
  * - Tombstones are tables {key = ..., obj = ...} whose metatable is the tombstone metatable.
@@ -52,9 +54,10 @@ void kl_push_object(lua_State *L, kinf_object *obj);
 
 /*
  * Decodes JSON that is valid already (a record's bytes, or a span of them) into the value
- * lua-cjson's decode would make, faster (lua_decode.c). Returns 1 with the value pushed, or 0 with
- * the stack unchanged when it could not (then decode with lua-cjson, which reports why). Raises
- * only on memory errors.
+ * lua-cjson's decode would make, faster (lua_decode.c), but for kinformer's number rule: on
+ * Lua 5.4 a number without a fraction and an exponent that fits in 64 bits is an integer, any
+ * other a float. Returns 1 with the value pushed, or 0 with the stack unchanged when it could
+ * not (then decode with lua-cjson, which reports why). Raises only on memory errors.
  */
 int kl_decode(lua_State *L, const char *json, size_t len);
 
@@ -80,6 +83,11 @@ void kl_push_decoded(lua_State *L, kinf_object *obj);
  */
 kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, kinf_err *code,
                           char *errbuf, size_t errlen);
+
+/* The record of the table at idx when kinformer made it (an object or tombstone it handed out),
+ * borrowed: the table keeps it alive. NULL for any other value (tables a user built among them:
+ * they are not linked to the records made from them). Never raises (but on memory errors). */
+kinf_object *kl_record_of(lua_State *L, int idx);
 
 /* Pushes the key of the table/tombstone at idx (without encoding it); 0 + errbuf on failure. */
 int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf, size_t errlen);

@@ -6,7 +6,11 @@
  * Guarantees:
  * - A member is decoded at most once per table and kept in it (rawset): later reads are plain
  *   table reads, and what was read before keeps its identity, also through pairs.
- * - Tables are read-only: writing a new member raises.
+ * - Tables are read-only: assigning a member the table does not hold (not read yet, or absent)
+ *   raises. Limit: a member read before is a plain field of the table (which is what makes the
+ *   next read a plain table read), so assigning it is not caught; nor are writes into the plain
+ *   tables below (obj.spec, ...). Catching those would take a proxy whose every read calls a
+ *   metamethod.
  * - After pairs (kinformer.pairs, or __pairs where the runtime calls it) a table is complete:
  *   next and rawget see every member, and nothing more is decoded.
  * Ownership: a lazy table's box (lua_object_impl.h) owns its member index, freed with the box or
@@ -35,7 +39,7 @@ static const char NEXT_KEY = 0;      /* the base library's next, for pairs */
  * through kl_decode. core.pairs (kinformer.pairs) decodes every member first, and so does pairs()
  * through __pairs where the runtime honours it (Lua 5.2+, LuaJIT built with
  * LUAJIT_ENABLE_LUA52COMPAT): after that the table is complete and plain next/rawget see
- * everything. Writes of new members raise: objects are read-only.
+ * everything. Assigning a member not in the table raises: objects are read-only.
  */
 
 box *kl_lazy_box(lua_State *L, int idx, const void *which)
@@ -47,7 +51,7 @@ box *kl_lazy_box(lua_State *L, int idx, const void *which)
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
     lua_pop(L, 2);
-    return b != NULL && b->obj != NULL && !b->from_user && b->json != NULL ? b : NULL;
+    return b != NULL && b->obj != NULL && b->json != NULL ? b : NULL;
 }
 
 /* Records the members of b's JSON object once. Anything unusual (an escaped key, more than
@@ -141,7 +145,7 @@ static void push_lazy_metadata(lua_State *L, kinf_object *obj, kinf_str v)
     lua_createtable(L, 0, 4);
     kl_rawgetp(L, LUA_REGISTRYINDEX, &LAZY_META_KEY);
     lua_setmetatable(L, -2);
-    b = kl_push_box(L, 0);
+    b = kl_push_box(L);
     b->obj = kinf_object_ref(obj);
     b->json = v.ptr; /* inside the record, which the box keeps alive */
     b->json_len = v.len;

@@ -8,10 +8,15 @@
  *   to its table (weak values); `records` maps a table to a "record box" userdata that holds one
  *   reference on the record (weak keys), so a record cannot be freed, and its address reused,
  *   while its decoded entry exists.
- * - Tables kinformer made are read-only (writing a new member raises) and are never re-encoded:
- *   handing one back reuses its record. Tables a user built are encoded on every write.
+ * - Every record is handed out as a table kinformer made, whoever wrote it: a user table written
+ *   to a store or a queue (or returned by a transform) is encoded into a record and never linked
+ *   to it, so reading the record back gives kinformer's table, not the user's. Tables kinformer
+ *   made are read-only (assigning a member they do not hold raises; tombstones too) and are never
+ *   re-encoded: handing one back reuses its record. Tables a user built are encoded on every
+ *   write. to_table and decode make plain, mutable tables.
  * - Object tables decode lazily, member by member, on every runtime (lua_lazy.c): the same
- *   tables, metatables and behaviour on Lua 5.4 and LuaJIT.
+ *   tables, metatables and behaviour on Lua 5.4 and LuaJIT. Numbers follow kl_decode's rule
+ *   (lua_decode.c): integers where the JSON has them, on Lua 5.4.
  * Ownership: a box owns one record reference and its member index; both go in box_gc.
  * Threads: the thread that owns the Lua state only.
  */
@@ -24,7 +29,8 @@
 /* Registry keys: the addresses are unique; the bytes never change. */
 static const char DECODED_KEY = 0;   /* record address -> table (weak values) */
 const char kl_records_key = 0;       /* table -> record box (weak keys) */
-static const char TOMBSTONE_KEY = 0; /* the tombstone metatable */
+static const char TOMBSTONE_KEY = 0; /* the metatable of tombstones a user made */
+static const char CACHED_TOMBSTONE_KEY = 0; /* ... and of those kinformer made: read-only */
 static const char DECODE_KEY = 0;    /* cjson decode: what kl_decode leaves to it */
 
 /* ---- record boxes ---- */
@@ -39,11 +45,10 @@ static int box_gc(lua_State *L)
     return 0;
 }
 
-box *kl_push_box(lua_State *L, int from_user)
+box *kl_push_box(lua_State *L)
 {
     box *b = lua_newuserdata(L, sizeof(*b));
     b->obj = NULL;
-    b->from_user = from_user;
     b->json = NULL;
     b->json_len = 0;
     b->nmembers = MEMBERS_UNINDEXED;
@@ -77,6 +82,7 @@ void kl_decode_or_raise(lua_State *L, const char *json, size_t len, const char *
 {
     if (kl_decode(L, json, len))
         return;
+    /* Not reached for valid records on Lua 5.4 (lua_decode.c): lua-cjson's numbers are floats. */
     kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushlstring(L, json, len);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK)
@@ -94,8 +100,7 @@ void kl_push_decoded(lua_State *L, kinf_object *obj)
     decode_record(L, obj);
 }
 
-/* The record behind a table kinformer made (NULL for user tables and others). */
-static kinf_object *record_of(lua_State *L, int idx)
+kinf_object *kl_record_of(lua_State *L, int idx)
 {
     box *b;
     idx = kl_absindex(L, idx);
@@ -104,7 +109,7 @@ static kinf_object *record_of(lua_State *L, int idx)
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
     lua_pop(L, 2);
-    return b != NULL && !b->from_user ? b->obj : NULL; /* the box lives as long as the table */
+    return b != NULL ? b->obj : NULL; /* the box lives as long as the table */
 }
 
 void kl_push_object(lua_State *L, kinf_object *obj)
@@ -131,7 +136,7 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         lua_setfield(L, -2, "key");
         kl_push_object(L, obj->inner);
         lua_setfield(L, -2, "obj");
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &CACHED_TOMBSTONE_KEY);
         lua_setmetatable(L, -2);
     } else {
         /* Members are decoded on first access (lua_lazy.c). */
@@ -139,7 +144,7 @@ void kl_push_object(lua_State *L, kinf_object *obj)
         kl_rawgetp(L, LUA_REGISTRYINDEX, &kl_lazy_key);
         lua_setmetatable(L, -2);
     }
-    b = kl_push_box(L, 0);
+    b = kl_push_box(L);
     b->obj = kinf_object_ref(obj);
     if (!kinf_object_is_tombstone(obj)) {
         b->json = obj->json;
@@ -198,21 +203,15 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ki
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
-    if (b != NULL && b->obj != NULL && !b->from_user) {
+    if (b != NULL && b->obj != NULL) {
         lua_remove(L, -2);
         return b->obj; /* a table kinformer made: its record, as it is */
     }
-    if (b != NULL && b->obj != NULL) {
-        /* A user table written before: forget its old record, encode it afresh. */
-        kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODED_KEY);
-        lua_pushnil(L);
-        kl_rawsetp(L, -2, b->obj);
-    }
     lua_settop(L, top);
 
-    lua_getmetatable(L, idx);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
-    if (lua_rawequal(L, -1, -2)) {
+    /* A table the user built: a new record, encoded now, that no table is linked to (reading
+     * it back gives kinformer's read-only table); the box on the stack keeps it alive. */
+    if (kl_is_tombstone(L, idx)) {
         kinf_object *inner = NULL;
         const char *key;
         size_t len;
@@ -232,7 +231,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ki
                 return NULL;
             }
         }
-        b = kl_push_box(L, 1);
+        b = kl_push_box(L);
         b->obj = kinf_tombstone_new(key, len, inner, &err);
         if (b->obj == NULL) {
             lua_settop(L, top);
@@ -240,7 +239,6 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ki
             kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
             return NULL;
         }
-        link_table(L, idx, -1);
         lua_replace(L, top + 1);
         lua_settop(L, top + 1);
         return b->obj;
@@ -267,7 +265,7 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ki
         *code = err;
         return NULL;
     }
-    b = kl_push_box(L, 1); /* top + 3 */
+    b = kl_push_box(L); /* top + 3 */
     {
         size_t len;
         const char *json = lua_tolstring(L, top + 2, &len);
@@ -279,7 +277,6 @@ kinf_object *kl_to_object(lua_State *L, int idx, int argn, const char *fname, ki
         kinf_errmsg(errbuf, errlen, "%s", kinf_strerror(err));
         return NULL;
     }
-    link_table(L, idx, top + 3);
     lua_replace(L, top + 1);
     lua_settop(L, top + 1);
     return b->obj;
@@ -298,16 +295,13 @@ int kl_push_key(lua_State *L, int idx, int argn, const char *fname, char *errbuf
     lua_pushvalue(L, idx);
     lua_rawget(L, -2);
     b = lua_touserdata(L, -1);
-    if (b != NULL && b->obj != NULL && !b->from_user) {
+    if (b != NULL && b->obj != NULL) {
         lua_settop(L, top);
         lua_pushlstring(L, b->obj->key, b->obj->key_len);
         return 1;
     }
     lua_settop(L, top);
-    lua_getmetatable(L, idx);
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
-    if (lua_rawequal(L, -1, -2)) {
-        lua_settop(L, top);
+    if (kl_is_tombstone(L, idx)) {
         lua_getfield(L, idx, "key");
         if (lua_type(L, -1) == LUA_TSTRING)
             return 1;
@@ -356,14 +350,23 @@ static int l_tombstone(lua_State *L)
     return 1;
 }
 
+/* __newindex of the tombstones kinformer made: they are shared like the objects they carry. */
+static int tombstone_newindex(lua_State *L)
+{
+    return luaL_error(L, "kinformer: tombstones from the cache are read-only (set '%s' on a "
+                         "copy: kinformer.to_table(tombstone))",
+                      lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "?");
+}
+
 int kl_is_tombstone(lua_State *L, int idx)
 {
     int yes = 0;
     idx = kl_absindex(L, idx);
     if (lua_istable(L, idx) && lua_getmetatable(L, idx)) {
         kl_rawgetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
-        yes = lua_rawequal(L, -1, -2);
-        lua_pop(L, 2);
+        kl_rawgetp(L, LUA_REGISTRYINDEX, &CACHED_TOMBSTONE_KEY);
+        yes = lua_rawequal(L, -1, -3) || lua_rawequal(L, -2, -3);
+        lua_pop(L, 3);
     }
     return yes;
 }
@@ -383,7 +386,7 @@ static int l_encode(lua_State *L)
     kinf_err err;
     box *b;
     luaL_checktype(L, 1, LUA_TTABLE);
-    obj = record_of(L, 1);
+    obj = kl_record_of(L, 1);
     if (obj != NULL && !kinf_object_is_tombstone(obj)) {
         lua_pushlstring(L, obj->json, obj->json_len);
         return 1;
@@ -421,7 +424,7 @@ static void push_copy(lua_State *L, int idx)
         lua_setfield(L, -2, "obj");
         return;
     }
-    obj = record_of(L, idx);
+    obj = kl_record_of(L, idx);
     if (obj != NULL) {
         decode_record(L, obj);
         return;
@@ -431,14 +434,18 @@ static void push_copy(lua_State *L, int idx)
         kl_decode_span(L, b, "metadata");
         return;
     }
-    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODE_KEY);
     lua_pushcfunction(L, l_encode);
     lua_pushvalue(L, idx);
     lua_call(L, 1, 2);
     if (lua_isnil(L, -2))
         kl_argerror(L, 1, "to_table", "%s", lua_tostring(L, -1));
     lua_pop(L, 1);
-    lua_call(L, 1, 1);
+    {
+        size_t len;
+        const char *json = lua_tolstring(L, -1, &len); /* stays on the stack below the copy */
+        kl_decode_or_raise(L, json, len, "the copy", "a table");
+        lua_remove(L, -2);
+    }
 }
 
 /* to_table(obj): a fresh, fully decoded, mutable copy (tombstones: a plain {key, obj}). */
@@ -449,7 +456,8 @@ static int l_to_table(lua_State *L)
     return 1;
 }
 
-/* decode(json): the value (as lua-cjson decodes it), or nil, err for input that is not JSON. */
+/* decode(json): the value (as lua-cjson decodes it, but for kl_decode's number rule), or nil,
+ * err for input that is not JSON. */
 static int l_decode(lua_State *L)
 {
     size_t len;
@@ -510,6 +518,12 @@ void kl_open_object(lua_State *L)
     lua_pushstring(L, "kinformer.tombstone");
     lua_setfield(L, -2, "__name");
     kl_rawsetp(L, LUA_REGISTRYINDEX, &TOMBSTONE_KEY);
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, "kinformer.tombstone");
+    lua_setfield(L, -2, "__name");
+    lua_pushcfunction(L, tombstone_newindex);
+    lua_setfield(L, -2, "__newindex");
+    kl_rawsetp(L, LUA_REGISTRYINDEX, &CACHED_TOMBSTONE_KEY);
 
     luaL_setfuncs(L, FUNCS, 0);
 }

@@ -25,7 +25,6 @@ typedef struct member_span {
 
 typedef struct box {
     kinf_object *obj; /* one reference */
-    int from_user;    /* built from a user table: re-encode on every write */
     /* Lazy tables: the JSON object the table decodes members from (the record's JSON, or its
      * metadata member's span), and that object's members, indexed at the first read so that
      * later reads do not scan the object again. */
@@ -42,7 +41,7 @@ extern const char kl_records_key, kl_lazy_key, kl_subs_key;
 
 /* lua_object.c */
 /* Pushes an empty box (so the record it will hold is owned by Lua before it exists). */
-box *kl_push_box(lua_State *L, int from_user);
+box *kl_push_box(lua_State *L);
 /* Pushes json[0..len) decoded (kl_decode, else lua-cjson). Raises naming `what` of record key on
  * a decoding failure, which valid records never give. */
 void kl_decode_or_raise(lua_State *L, const char *json, size_t len, const char *what,

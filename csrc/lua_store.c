@@ -2,12 +2,13 @@
  * lua_store.c - kinformer.store{ indexers = {...} }: the indexed store, thin over store.c.
  *
  * The userdata's uservalue table holds [PINNED] record address -> table for every stored record
- * whose table was handed out or handed in (so repeated gets return the same table without
- * decoding), [FNS] slot -> Lua index function, [RESULTS] the arrays by_index, index_keys, list
- * and list_keys hand out until their content changes (lua_results.c), and, under string keys,
- * key -> the pinned table for every key get has handed out (get's fast path: no call into the
- * core at all). Pinned tables and keys lose a record's entry in the write that replaces or
- * removes it (unpin), before the record's last reference can go away; replace starts both anew.
+ * whose table was handed out, or handed in if kinformer made it (never one a user built), so
+ * repeated gets return the same table without decoding; [FNS] slot -> Lua index function;
+ * [RESULTS] the arrays by_index, index_keys, list and list_keys hand out until their content
+ * changes (lua_results.c); and, under string keys, key -> the pinned table for every key get has
+ * handed out (get's fast path: no call into the core at all). Pinned tables and keys lose a
+ * record's entry in the write that replaces or removes it (unpin), before the record's last
+ * reference can go away; replace starts both anew.
  *
  * Index functions are called by the core during writes (and store:index) on this thread; each
  * call runs inside lua_pcall, so a raising index function can never unwind through the core
@@ -309,9 +310,11 @@ static int add_common(lua_State *L, const char *fname)
         if (old != obj)
             unpin(L, uv, old);
         kinf_object_unref(old);
-        lua_rawgeti(L, uv, PINNED);
-        lua_pushvalue(L, 2);
-        kl_rawsetp(L, -2, obj);
+        if (kl_record_of(L, 2) == obj) { /* kinformer's table: get hands it out again */
+            lua_rawgeti(L, uv, PINNED);
+            lua_pushvalue(L, 2);
+            kl_rawsetp(L, -2, obj);
+        }
     }
     return write_result(L, fname, err, msg);
 }
@@ -379,8 +382,11 @@ static int s_replace(lua_State *L)
         if (obj == NULL)
             return kl_fail(L, code, lua_pushfstring(L, "item #%d: %s", (int)i + 1, msg));
         g->objs[g->n++] = kinf_object_ref(obj);
-        lua_pop(L, 1);         /* the box: the guard holds a reference now */
-        kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item */
+        lua_pop(L, 1); /* the box: the guard holds a reference now */
+        if (kl_record_of(L, -1) == obj)
+            kl_rawsetp(L, 5, obj); /* new_pinned[obj] = item, a table kinformer made */
+        else
+            lua_pop(L, 1);
     }
     check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_replace(ls->store, g->objs, g->n, msg, sizeof(msg)));

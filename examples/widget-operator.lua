@@ -67,8 +67,9 @@ local function reconcile(req, ctx)
   local w = ctx:get()
   if not w then return end -- deleted: the garbage collector removes its ConfigMap
   local spec = w.spec or {}
-  local n = tonumber(spec.replicas) or 1 -- JSON numbers decode as floats: "2", not "2.0"
+  local n = tonumber(spec.replicas) or 1 -- "replicas": 2 is the integer 2 on Lua 5.4 (docs/api.md)
   local message = tostring(spec.message or "")
+  -- "2", not "2.0", also for a double (LuaJIT) or a float (JSON 2.0 or 2e0)
   local replicas = n == math.floor(n) and ("%d"):format(n) or tostring(n)
   -- The file outside the cluster (rewritten only when its content differs).
   local path = file_of(w)

@@ -37,7 +37,8 @@ ASAN_SPECS = spec/keys_spec.lua spec/decode_spec.lua spec/store_spec.lua spec/st
              spec/shared_spec.lua spec/reentrancy_spec.lua spec/client_core_spec.lua \
              spec/rest_spec.lua spec/reflector_spec.lua spec/encode_spec.lua \
              spec/error_text_spec.lua spec/handler_reentrancy_spec.lua spec/hostile_input_spec.lua \
-             spec/shared_memory_spec.lua spec/client_call_spec.lua spec/manager_concurrency_spec.lua
+             spec/shared_memory_spec.lua spec/client_call_spec.lua spec/manager_concurrency_spec.lua \
+             spec/object_rule_spec.lua
 
 ASAN_SPEC_ENV = LD_PRELOAD="$$($(ASAN_SPEC_CC) -print-file-name=libasan.so)" \
     ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=0 \

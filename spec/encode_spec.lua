@@ -40,6 +40,29 @@ describe("kinformer.encode", function()
       assert.equal('{"v":9007199254740993}', core.encode{ v = math.tointeger(2^53) + 1 })
     end)
 
+    it("round-trips a number's type by the rule: integers stay integers, 3.0 comes back 3", function()
+      if not math.type then return end -- LuaJIT: numbers are all doubles
+      local function back(v) return core.decode(assert(core.encode{ v = v })).v end
+      for _, v in ipairs{ 3, -4, 0, math.maxinteger, math.mininteger, 9007199254740993 } do
+        assert.equal(v, back(v))
+        assert.equal("integer", math.type(back(v)))
+      end
+      -- integral floats are written without a fraction: integers when read back
+      for _, case in ipairs{ { 3.0, 3 }, { 1e15, 1000000000000000 }, { 2^53, 9007199254740992 } } do
+        local v, want = case[1], case[2]
+        assert.equal("float", math.type(v))
+        assert.equal(want, back(v))
+        assert.equal("integer", math.type(back(v)), tostring(v))
+      end
+      assert.equal(0, back(-0.0))
+      assert.equal("integer", math.type(back(-0.0)))
+      -- the others stay floats: a fraction or an exponent
+      for _, v in ipairs{ 1.5, 1 / 3, 1e300, 2^63, -2^60, 5e-324 } do
+        assert.equal(v, back(v))
+        assert.equal("float", math.type(back(v)), tostring(v))
+      end
+    end)
+
     it("writes number keys exactly, as strings", function()
       assert.same({ ["1234567890123456.5"] = "x" }, cjson.decode(core.encode{ [1234567890123456.5] = "x" }))
       assert.same({ ["0.1"] = 1 }, cjson.decode(core.encode{ [0.1] = 1 }))

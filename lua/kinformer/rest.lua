@@ -81,7 +81,7 @@ function _M.is_error(x) return getmetatable(x) == Error end
 local function new_error(t) return setmetatable(t, Error) end
 
 local function status_error(code, body, retry_after, method, path)
-  local st = cjson.decode(body)
+  local st = core.decode(body)
   if type(st) == "table" and st.kind == "Status" then
     return new_error{ code = code, reason = type(st.reason) == "string" and st.reason ~= ""
                         and st.reason or REASONS[code] or "Unknown",
@@ -178,7 +178,7 @@ end
 
 local function decode_ok(body, method, path)
   if body == "" then return {} end
-  local v, derr = cjson.decode(body)
+  local v, derr = core.decode(body)
   if v == nil then
     return nil, new_error{ code = 0, reason = "InvalidResponse", method = method, path = path,
                            message = ("%s %s: response is not JSON (%s)"):format(method, path,
