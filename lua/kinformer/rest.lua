@@ -12,7 +12,8 @@
 --   as it does for the throttle and Retry-After; the task's guard is asked right before each
 --   request is sent (a refusal: err.reason "Fenced", nothing sent), its on_write hook told of
 --   each successful write.
--- - Success returns the decoded response (a plain, mutable Lua table; lua-cjson's decoding).
+-- - Success returns the decoded response (a plain, mutable Lua table; kinformer's decoder: JSON
+--   integers are Lua 5.4 integers, null is cjson.null, docs/api.md).
 --   Failure returns nil, err where err is a table: err.code (HTTP status; 0 when no response
 --   came), err.reason (the Status reason, e.g. "Conflict", "NotFound", "AlreadyExists";
 --   "Transport", "ResponseTooLarge" or "InvalidResponse" without a Status), err.message,
