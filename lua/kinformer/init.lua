@@ -162,7 +162,7 @@ _M.workqueue = require "kinformer.workqueue"
 _M.leader_election = require("kinformer.leaderelection").new
 
 --- kinformer.manager{ client, leader_election = { lease_name, namespace, ... },
---   metrics_address = "127.0.0.1:8080", grace_period = 30 } -> manager: controllers in a few
+--   metrics_address = "127.0.0.1:8080", grace_period = 5 } -> manager: controllers in a few
 -- lines (mgr:controller{ ... }, mgr:run(), mgr:step()); docs/controller.md.
 _M.manager = require("kinformer.manager").new
 
