@@ -520,7 +520,9 @@ function Manager:_step()
   local el = self._elector
   if synced and el and not self._stopping then
     if now >= (self._elector_due or 0) then tick_elector(self) end
-    due = math_min(due, math_max(0, (self._elector_due or now) - now))
+    if not self._elector_task then -- (an attempt in flight wakes the loop when its call ends)
+      due = math_min(due, math_max(0, (self._elector_due or now) - now))
+    end
   end
   local leading = synced and follow_leadership(self)
   if leading and el then
