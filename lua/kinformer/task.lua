@@ -25,6 +25,8 @@
 --   on Lua 5.4). cancel of a finished task does nothing.
 -- - A task that yields anything but a kinformer wait (its code called coroutine.yield itself)
 --   is ended as if it raised.
+-- - Tasks run on worker coroutines that are kept (up to POOL_MAX idle ones) for the next task:
+--   no coroutine is made per task in the steady state.
 local core = require "kinformer.core"
 local clock = require "kinformer.clock"
 
@@ -38,6 +40,17 @@ local _M = {}
 
 local by_co = setmetatable({}, { __mode = "k" }) -- coroutine -> task
 local WAIT = {} -- what a task yields: nothing else may
+local DONE = {} -- what a worker coroutine yields when its function returned
+local POOL_MAX = 64
+local pool, pooled = {}, 0 -- idle worker coroutines: a task costs no new coroutine
+
+-- A worker runs one function after another: spawn resumes it with the next.
+local function worker(fn)
+  while true do
+    local ok, res = pcall(fn)
+    fn = coroutine_yield(DONE, ok, res)
+  end
+end
 
 local Task = {}
 Task.__index = Task
@@ -77,20 +90,26 @@ function Task:may_send(method, path)
   return g(method, path)
 end
 
-local function finish(sched, t, ok, res)
+local function finish(sched, t, ok, res, reuse)
   sched.live[t] = nil
   sched.waiting[t] = nil
   sched.sleeping[t] = nil
   by_co[t.co] = nil
   t.dead = true
+  if reuse and pooled < POOL_MAX then
+    pooled = pooled + 1
+    pool[pooled] = t.co
+  end
   if t.on_done then t.on_done(ok, res) end
 end
 
-local function resume(sched, t)
-  local ok, res = coroutine_resume(t.co)
-  if coroutine_status(t.co) == "dead" then
-    finish(sched, t, ok, res)
-  elseif res ~= WAIT then
+local function resume(sched, t, fn)
+  local alive, what, ok, res = coroutine_resume(t.co, fn)
+  if not alive then -- the worker itself failed (out of memory): not reused
+    finish(sched, t, false, what, false)
+  elseif what == DONE then
+    finish(sched, t, ok, res, true)
+  elseif what ~= WAIT then
     sched:cancel(t)
     if t.on_done then t.on_done(false, "the task yielded (coroutine.yield) outside a kinformer wait") end
   end
@@ -105,12 +124,20 @@ end
 --- sched:spawn(fn, { guard =, on_write =, on_done =, name = }) -> task | nil (finished at once)
 function Sched:spawn(fn, opts)
   opts = opts or {}
-  local t = setmetatable({ sched = self, co = coroutine_create(fn), guard = opts.guard,
+  local co
+  if pooled > 0 then
+    co = pool[pooled]
+    pool[pooled] = nil
+    pooled = pooled - 1
+  else
+    co = coroutine_create(worker)
+  end
+  local t = setmetatable({ sched = self, co = co, guard = opts.guard,
                            on_write = opts.on_write, on_done = opts.on_done,
                            name = opts.name }, Task)
-  by_co[t.co] = t
+  by_co[co] = t
   self.live[t] = true
-  resume(self, t)
+  resume(self, t, fn)
   if t.dead then return nil end
   return t
 end
@@ -144,7 +171,7 @@ function Sched:step()
   return nearest
 end
 
---- sched:cancel(t): see the contract
+--- sched:cancel(t): see the contract (its coroutine is not reused)
 function Sched:cancel(t)
   if t.dead then return end
   t.dead = true
