@@ -84,8 +84,9 @@ end
 function Ctx:get(resource, key)
   local c = self._controller
   if resource == nil then
-    if self._obj and not self.manager._written[c.gk .. " " .. self.key] then return self._obj end
-    return self.manager:_fresh(c.group, c.kind, self.key, self._store, c.resource)
+    local written = self.manager._written[c.gk]
+    if self._obj and not (written and written[self.key]) then return self._obj end
+    return self.manager:_fresh(c.gk, self.key, self._store, c.resource)
   end
   if type(resource) ~= "string" then raise(1, "get", "resource name expected") end
   if type(key) ~= "string" then raise(2, "get", "object key (\"namespace/name\") expected") end
@@ -93,7 +94,7 @@ function Ctx:get(resource, key)
   local ok, err = wait_synced(inf, 30)
   if not ok then return nil, err end
   local res = self.client:resolve(resource)
-  return self.manager:_fresh(res.group or "", res.kind, key, inf:store(), resource)
+  return self.manager:_fresh((res.group or "") .. "/" .. res.kind, key, inf:store(), resource)
 end
 
 --- ctx:list(resource [, opts]) -> list of cached objects (store:list's options), from the same
@@ -558,7 +559,7 @@ function Controller:process(key, recorder)
   local ctx = setmetatable({ client = self.client, key = key, controller = self.name,
                              manager = self.manager, _store = store, _recorder = recorder,
                              _controller = self }, Ctx)
-  local obj, err = self.manager:_fresh(self.group, self.kind, key, store, self.resource)
+  local obj, err = self.manager:_fresh(self.gk, key, store, self.resource)
   local step = "reconcile"
   if err ~= nil then
     step = nil

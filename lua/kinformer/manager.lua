@@ -132,7 +132,7 @@ function _M.new(opts)
     _informers = {}, _seen = {}, -- the informers the manager runs, each once
     _synced = false, _started = false, _stopping = false, _stopped = false, _rr = 1,
     _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
-    _written = {}, -- "group/Kind ns/name" -> { rv =, at = }: the reconciles' own writes
+    _written = {}, -- ["group/Kind"]["ns/name"] -> { rv =, at = }: the reconciles' own writes
     _leading = false, fresh_reads = 0, stale_waits = 0, fenced = 0,
   }, Manager)
   self._guard = writes_allowed(self)
@@ -281,7 +281,15 @@ local function group_of(api_version)
   return api_version:match("^([^/]*)/") or ""
 end
 
-local function written_key(group, kind, key) return group .. "/" .. kind .. " " .. key end
+-- self._written[gk][key]: gk is "group/Kind" (controller.gk), key "ns/name" or "name".
+local function written_of(self, gk)
+  local w = self._written[gk]
+  if not w then
+    w = {}
+    self._written[gk] = w
+  end
+  return w
+end
 
 -- Whether resourceVersion a is the same as or newer than b. resourceVersions are compared as
 -- integers (what kube-apiserver's are); others only for equality.
@@ -300,17 +308,17 @@ local function note_write(self, method, obj)
   if not group or obj.kind == "Status" then return end
   local ns = md.namespace
   local key = (type(ns) == "string" and ns ~= "") and (ns .. "/" .. md.name) or md.name
-  self._written[written_key(group, obj.kind, key)] = { rv = md.resourceVersion,
+  written_of(self, group .. "/" .. obj.kind)[key] = { rv = md.resourceVersion,
     at = clock.now(), deleted = method == "DELETE" and not md.deletionTimestamp or nil }
 end
 
---- mgr:_fresh(group, kind, key, store, resource) -> the object to act on | nil (gone) | nil,
--- err: store's copy, unless this manager's reconciles wrote a newer one: then, inside a task,
--- waits for the cache (RYOW_TIMEOUT at most) and then reads the server.
-function Manager:_fresh(group, kind, key, store, resource)
+--- mgr:_fresh(gk, key, store, resource) -> the object to act on | nil (gone) | nil, err:
+-- store's copy, unless this manager's reconciles wrote a newer one (gk: "group/Kind"): then,
+-- inside a task, waits for the cache (RYOW_TIMEOUT at most) and then reads the server.
+function Manager:_fresh(gk, key, store, resource)
   local obj = store:get_by_key(key)
-  local wk = written_key(group, kind, key)
-  local w = self._written[wk]
+  local written = self._written[gk]
+  local w = written and written[key]
   if not w then return obj end
   local t = task.current()
   local waited = false
@@ -321,7 +329,7 @@ function Manager:_fresh(group, kind, key, store, resource)
       break
     end
     if not t or clock.now() - w.at >= RYOW_TIMEOUT then
-      self._written[wk] = nil
+      written[key] = nil
       self.fresh_reads = self.fresh_reads + 1
       local got, err = self.client:get(resource, key)
       if got then return got end
@@ -332,9 +340,9 @@ function Manager:_fresh(group, kind, key, store, resource)
     waited = true
     t:sleep(RYOW_POLL)
     obj = store:get_by_key(key)
-    if self._written[wk] ~= w then w = self._written[wk] or w end -- a newer write meanwhile
+    if written[key] ~= w then w = written[key] or w end -- a newer write meanwhile
   end
-  if self._written[wk] == w then self._written[wk] = nil end
+  if written[key] == w then written[key] = nil end
   return obj
 end
 
@@ -343,8 +351,10 @@ local function housekeeping(self, now)
   if now < (self._prune_at or 0) then return end
   self._prune_at = now + 1
   informer.warn_unstarted(self.client, 1)
-  for k, w in pairs(self._written) do
-    if now - w.at > RYOW_TIMEOUT then self._written[k] = nil end
+  for _, written in pairs(self._written) do
+    for k, w in pairs(written) do
+      if now - w.at > RYOW_TIMEOUT then written[k] = nil end
+    end
   end
 end
 
@@ -363,12 +373,13 @@ end
 -- queue shut down).
 local function cancel_reconciles(self, why)
   local n = 0
-  for t, r in pairs(self._reconciles) do
+  for t in pairs(self._reconciles) do
     self._sched:cancel(t)
     self._reconciles[t] = nil
-    r.c.active = r.c.active - 1
-    r.c.queue:add(r.key, LOW)
-    r.c.queue:done(r.key)
+    local c, key = t.a, t.b
+    c.active = c.active - 1
+    c.queue:add(key, LOW)
+    c.queue:done(key)
     n = n + 1
   end
   if n > 0 then log("info", string_format("%d reconcile(s) in flight cancelled: %s", n, why)) end
@@ -378,27 +389,34 @@ local function cancel_reconciles(self, why)
   end
 end
 
+-- A reconcile task's function (a = the controller, b = the key)
+local function run_process(c, key) return c:process(key, c.manager._recorder) end
+
+-- Its end (not after a cancel)
+local function reconcile_done(ok, result, t)
+  local c, key = t.a, t.b
+  local self = c.manager
+  self._reconciles[t] = nil
+  c.active = c.active - 1
+  if not ok then -- process protects user code: this is the manager's own failure
+    log("error", "reconcile " .. key .. " of " .. c.name .. " failed: " .. errtext(result))
+    c.queue:add_rate_limited(key)
+    c.queue:done(key)
+    result = "error"
+  end
+  observe(self, c, result, clock.now() - t.started)
+end
+
 local function start_reconcile(self, c, key)
-  local t0 = clock.now()
-  local record = { c = c, key = key }
   c.active = c.active + 1
-  local t
-  t = self._sched:spawn(function() return c:process(key, self._recorder) end, {
-    name = c.name .. " " .. key, guard = self._guard,
-    on_write = function(method, _, obj) note_write(self, method, obj) end,
-    on_done = function(ok, result)
-      if t then self._reconciles[t] = nil end
-      record.done = true
-      c.active = c.active - 1
-      if not ok then -- process protects user code: this is the manager's own failure
-        log("error", "reconcile " .. key .. " of " .. c.name .. " failed: " .. errtext(result))
-        c.queue:add_rate_limited(key)
-        c.queue:done(key)
-        result = "error"
-      end
-      observe(self, c, result, clock.now() - t0)
-    end })
-  if t and not record.done then self._reconciles[t] = record end
+  local opts = c._task_opts
+  if not opts then
+    opts = { name = c.name, guard = self._guard, on_done = reconcile_done,
+             on_write = function(method, _, obj) note_write(self, method, obj) end }
+    c._task_opts = opts
+  end
+  local t = self._sched:spawn(run_process, opts, c, key)
+  if t then self._reconciles[t] = true end
 end
 
 -- Starts ready reconciles round-robin over the controllers, up to each one's concurrency ->

@@ -15,8 +15,8 @@
 -- - guard(method, path) -> true | nil, why is asked before every request a task's REST call
 --   sends (retries included); a refusal fails that call with err.reason "Fenced" and nothing
 --   is sent. on_write(method, path, obj) runs after every successful write (any verb but GET)
---   that returned an object. on_done(ok, err_or_result) runs when fn returned or raised (not
---   after cancel).
+--   that returned an object. on_done(ok, err_or_result, task) runs when fn returned or raised
+--   (not after cancel).
 -- - sched:step() resumes every task whose call finished or whose sleep ended (once each) and
 --   returns the seconds until the nearest sleep ends (math.huge: only calls, or nothing, are
 --   waited for; their completions make sched:fd() readable). It drains the fd first.
@@ -45,10 +45,10 @@ local POOL_MAX = 64
 local pool, pooled = {}, 0 -- idle worker coroutines: a task costs no new coroutine
 
 -- A worker runs one function after another: spawn resumes it with the next.
-local function worker(fn)
+local function worker(fn, a, b)
   while true do
-    local ok, res = pcall(fn)
-    fn = coroutine_yield(DONE, ok, res)
+    local ok, res = pcall(fn, a, b)
+    fn, a, b = coroutine_yield(DONE, ok, res)
   end
 end
 
@@ -100,18 +100,20 @@ local function finish(sched, t, ok, res, reuse)
     pooled = pooled + 1
     pool[pooled] = t.co
   end
-  if t.on_done then t.on_done(ok, res) end
+  if t.on_done then t.on_done(ok, res, t) end
 end
 
-local function resume(sched, t, fn)
-  local alive, what, ok, res = coroutine_resume(t.co, fn)
+local function resume(sched, t, fn, a, b)
+  local alive, what, ok, res = coroutine_resume(t.co, fn, a, b)
   if not alive then -- the worker itself failed (out of memory): not reused
     finish(sched, t, false, what, false)
   elseif what == DONE then
     finish(sched, t, ok, res, true)
   elseif what ~= WAIT then
     sched:cancel(t)
-    if t.on_done then t.on_done(false, "the task yielded (coroutine.yield) outside a kinformer wait") end
+    if t.on_done then
+      t.on_done(false, "the task yielded (coroutine.yield) outside a kinformer wait", t)
+    end
   end
 end
 
@@ -121,8 +123,10 @@ function _M.scheduler(core_client)
                         count = 0 }, Sched)
 end
 
---- sched:spawn(fn, { guard =, on_write =, on_done =, name = }) -> task | nil (finished at once)
-function Sched:spawn(fn, opts)
+--- sched:spawn(fn, { guard =, on_write =, on_done =, name = } [, a, b]) -> task | nil
+-- (finished at once): fn(a, b) runs in the task; t.a, t.b and t.started (clock.now()) stay on
+-- it for the hooks, which get the task as their last argument. opts may be shared by tasks.
+function Sched:spawn(fn, opts, a, b)
   opts = opts or {}
   local co
   if pooled > 0 then
@@ -134,10 +138,10 @@ function Sched:spawn(fn, opts)
   end
   local t = setmetatable({ sched = self, co = co, guard = opts.guard,
                            on_write = opts.on_write, on_done = opts.on_done,
-                           name = opts.name }, Task)
+                           name = opts.name, a = a, b = b, started = clock.now() }, Task)
   by_co[co] = t
   self.live[t] = true
-  resume(self, t, fn)
+  resume(self, t, fn, a, b)
   if t.dead then return nil end
   return t
 end
