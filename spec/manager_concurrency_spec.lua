@@ -6,23 +6,11 @@ local kinformer = require "kinformer"
 local core = require "kinformer.core"
 local fake = require "support.fake_apiserver"
 
+local drive_mod = require "support.drive"
+
 local srv, client
-local ns_seq = 0
-
-local function new_ns()
-  ns_seq = ns_seq + 1
-  return "conc-" .. ns_seq
-end
-
-local function drive(mgr, seconds, cond)
-  local deadline = core.now() + seconds
-  while true do
-    if cond and cond() then return true end
-    local w = assert(mgr:step())
-    if core.now() >= deadline then return cond == nil end
-    core.wait(mgr:fds(), math.min(w, 0.05))
-  end
-end
+local new_ns = drive_mod.namespaces("conc-")
+local drive = drive_mod.steps
 
 local function cms(ns, n, prefix)
   local items = {}

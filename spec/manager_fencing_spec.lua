@@ -10,13 +10,8 @@ local http = require "socket.http"
 local socket = require "socket"
 
 local srv, client
-local ns_seq = 0
+local new_ns = require("support.drive").namespaces("fence-")
 local children = {}
-
-local function new_ns()
-  ns_seq = ns_seq + 1
-  return "fence-" .. ns_seq
-end
 
 local function start(id, ns)
   local c = replica.start("spec/support/fenced_child.lua", { srv.url, id, "t-" .. id, ns })

@@ -3,19 +3,15 @@
 -- misuse; then replicas as child processes (leader election, SIGTERM during a reconcile).
 local kinformer = require "kinformer"
 local clock = require "kinformer.clock"
-local core = require "kinformer.core"
 local fake = require "support.fake_apiserver"
 local proc = require "support.proc"
 local socket = require "socket"
 
-local srv, client
-local ns_seq = 0
+local drive_mod = require "support.drive"
 
--- A fresh namespace name per test: tests share the server, never their objects.
-local function new_ns()
-  ns_seq = ns_seq + 1
-  return "mgr-" .. ns_seq
-end
+local srv, client
+local new_ns = drive_mod.namespaces("mgr-") -- tests share the server, never their objects
+local drive = drive_mod.steps
 
 local function cm(ns, name, fields)
   local o = { apiVersion = "v1", kind = "ConfigMap",
@@ -24,16 +20,6 @@ local function cm(ns, name, fields)
   return o
 end
 
--- Steps mgr until cond() is true or seconds passed -> whether cond became true.
-local function drive(mgr, seconds, cond)
-  local deadline = core.now() + seconds
-  while true do
-    if cond and cond() then return true end
-    local w = assert(mgr:step())
-    if core.now() >= deadline then return cond == nil end
-    core.wait(mgr:fds(), math.min(w, 0.02))
-  end
-end
 
 -- A manager with one controller over configmaps of ns, synced; returns mgr, the calls seen.
 local function manager_for(ns, spec, mopts)
