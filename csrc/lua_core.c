@@ -182,6 +182,7 @@ static const luaL_Reg FUNCS[] = {
     {"delta_fifo", kl_new_fifo},
     {"client", kl_new_client},
     {"processor", kl_new_processor},
+    {"ring", kl_new_ring},
     {"key_of", l_key_of},
     {"split_key", l_split_key},
     {"set_logger", l_set_logger},
@@ -206,6 +207,7 @@ int luaopen_kinformer_core(lua_State *L)
     kl_open_fifo(L);
     kl_open_client(L);
     kl_open_call(L);
+    kl_open_ring(L);
     kl_open_informer(L);
     kl_open_shared(L);
 

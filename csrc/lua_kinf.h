@@ -149,6 +149,7 @@ void kl_open_store(lua_State *L);
 void kl_open_fifo(lua_State *L);
 void kl_open_client(lua_State *L);
 void kl_open_call(lua_State *L);
+void kl_open_ring(lua_State *L);
 void kl_open_informer(lua_State *L);
 void kl_open_loop(lua_State *L); /* now(), catch_signals(on), wait(fds, timeout) */
 
@@ -157,6 +158,7 @@ int kl_new_store(lua_State *L);
 int kl_new_fifo(lua_State *L);
 int kl_new_client(lua_State *L);
 int kl_new_processor(lua_State *L);
+int kl_new_ring(lua_State *L); /* core.ring{ "member", ... } (lua_ring.c) */
 
 /* The C FIFO behind the delta_fifo userdata at idx, or NULL if it is not one. */
 kinf_fifo *kl_test_fifo(lua_State *L, int idx);

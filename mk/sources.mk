@@ -6,6 +6,7 @@
 CORE_SRC += csrc/kinf.c
 CORE_SRC += csrc/object.c
 CORE_SRC += csrc/map.c
+CORE_SRC += csrc/ring.c
 CORE_SRC += csrc/store.c
 CORE_SRC += csrc/store_select.c
 CORE_SRC += csrc/index.c
@@ -50,6 +51,7 @@ BIND_SRC += csrc/lua_results.c
 BIND_SRC += csrc/lua_fifo.c
 BIND_SRC += csrc/lua_client.c
 BIND_SRC += csrc/lua_call.c
+BIND_SRC += csrc/lua_ring.c
 BIND_SRC += csrc/lua_informer.c
 BIND_SRC += csrc/lua_shared.c
 BIND_SRC += csrc/lua_shared_reader.c

@@ -216,7 +216,10 @@ end
 
 local function add_keys(self, keys, priority)
   local q = self.queue
-  for _, k in ipairs(keys) do q:add(k, priority) end
+  local shard = self.manager._shard -- a sharded manager queues only this replica's keys
+  for _, k in ipairs(keys) do
+    if not shard or shard:owns(k) then q:add(k, priority) end
+  end
 end
 
 -- Seconds since the epoch of an RFC 3339 UTC time ("2026-11-28T03:00:00Z"), or nil.
@@ -420,6 +423,7 @@ function _M.new(mgr, spec)
     predicates = preds or {}, primary = primary, sources = {},
     max_concurrent = concurrency, active = 0, -- reconciles allowed and running at once
     _departed = {}, -- keys of primaries that left the cache with our finalizer on them
+    _parked = {}, -- a sharded manager's keys waiting for their handover
     reconciles = 0, errors = 0, conflicts = 0, requeues = 0, filtered = 0,
     source_errors = 0, finalizes = 0, last_error = nil,
   }, Controller)
@@ -469,12 +473,31 @@ function Controller:synced()
   return true
 end
 
---- controller:enqueue_all([priority]): every key its sources map their cached objects to (a
--- new leader looks at everything once).
-function Controller:enqueue_all(priority)
+--- controller:unpark(): the keys parked for a handover go back into the queue
+function Controller:unpark()
+  local parked = self._parked
+  if next(parked) == nil then return end
+  self._parked = {}
+  for k in pairs(parked) do self.queue:add(k) end
+end
+
+--- controller:enqueue_all([priority [, only]]): every key its sources map their cached objects
+-- to (a new leader looks at everything once); with only, the keys only(key) is true for.
+function Controller:enqueue_all(priority, only)
   for _, s in ipairs(self.sources) do
     for _, obj in ipairs(s.informer:store():list()) do
-      add_keys(self, keys_of(self, s, obj), priority)
+      local keys = keys_of(self, s, obj)
+      if only then
+        local n = 0
+        for i = 1, #keys do
+          if only(keys[i]) then
+            n = n + 1
+            keys[n] = keys[i]
+          end
+        end
+        for i = #keys, n + 1, -1 do keys[i] = nil end
+      end
+      add_keys(self, keys, priority)
     end
   end
 end

@@ -18,6 +18,11 @@
 --   ReleaseOnCancel) so a successor need not wait for it to expire, then runs
 --   on_stopped_leading. After stop(), tick() does nothing.
 -- - Callbacks run inside tick() / stop(); one that raises is logged and the elector goes on.
+-- - labels (a table) and annotations (a function returning a table) are written on the Lease
+--   with every create and update (merged into what it carries): a sharded manager publishes
+--   its members' Leases and acknowledgements so.
+-- - A leader that finds the Lease released or taken by someone else (holderIdentity not its
+--   own) stops leading at that attempt and competes again from the next one on.
 -- - Each attempt is a REST call (docs/rest.md) with a timeout of retry_period (at least 1 s):
 --   a blocking request, or inside a task (kinformer.task; a manager ticks its elector so) one
 --   the task waits for while the thread goes on.
@@ -58,10 +63,13 @@ local function default_identity()
   return host .. "_" .. pid
 end
 
+_M.default_identity = default_identity
+
 local KNOWN = {
   client = true, lease_name = true, namespace = true, identity = true, lease_duration = true,
   renew_deadline = true, retry_period = true, on_started_leading = true,
   on_stopped_leading = true, on_new_leader = true, release_on_cancel = true, clock = true,
+  labels = true, annotations = true,
   wall_clock = true,
 }
 
@@ -95,7 +103,9 @@ function _M.new(opts)
   -- retry more than once within the deadline.
   if lease_duration <= renew_deadline then bad_option("lease_duration must be greater than renew_deadline") end
   if renew_deadline <= 1.2 * retry_period then bad_option("renew_deadline must be greater than 1.2 * retry_period") end
-  for _, name in pairs{ "on_started_leading", "on_stopped_leading", "on_new_leader", "clock", "wall_clock" } do
+  if opts.labels ~= nil and type(opts.labels) ~= "table" then bad_option("labels must be a table") end
+  for _, name in pairs{ "on_started_leading", "on_stopped_leading", "on_new_leader", "clock", "wall_clock",
+                        "annotations" } do
     if opts[name] ~= nil and type(opts[name]) ~= "function" then bad_option(name .. " must be a function") end
   end
   local release = opts.release_on_cancel
@@ -105,6 +115,7 @@ function _M.new(opts)
     lease_duration = lease_duration, renew_deadline = renew_deadline, retry_period = retry_period,
     on_started = opts.on_started_leading, on_stopped = opts.on_stopped_leading,
     on_new_leader = opts.on_new_leader, release_on_cancel = release,
+    labels = opts.labels, annotations = opts.annotations,
     now = opts.clock or core.now, wall = opts.wall_clock or core.wall_time,
     next_at = -math.huge, leading = false, stopped = false,
     observed = nil, observed_time = nil, -- the last Lease spec seen, and when it changed
@@ -170,6 +181,14 @@ local function fail(self, err)
   return false
 end
 
+local function stop_leading(self, why)
+  if not self.leading then return end
+  self.leading = false
+  log(why == "stop" and "info" or "warn",
+      ("%s stopped leading lease %s/%s (%s)"):format(self.identity, self.namespace, self.name, why))
+  call(self, "on_stopped_leading", self.on_stopped)
+end
+
 -- One attempt to acquire or renew: -> true when this identity holds the lease now.
 local function try_acquire_or_renew(self, now)
   local client, opts = self.client, { namespace = self.namespace,
@@ -185,7 +204,9 @@ local function try_acquire_or_renew(self, now)
     local created
     created, err = client:create(LEASES, {
       apiVersion = "coordination.k8s.io/v1", kind = "Lease",
-      metadata = { name = self.name, namespace = self.namespace }, spec = spec }, opts)
+      metadata = { name = self.name, namespace = self.namespace, labels = self.labels,
+                   annotations = self.annotations and self.annotations() or nil },
+      spec = spec }, opts)
     if not created then return fail(self, err) end
     observe(self, created, created.spec or spec, now)
     self.last_error = nil
@@ -196,6 +217,13 @@ local function try_acquire_or_renew(self, now)
   spec = clean_spec(spec)
   local holder = spec.holderIdentity
   if holder == "" then holder = nil end
+  if self.leading and holder ~= self.identity then
+    -- Released or taken while this replica thought it led: it stops now, and competes again
+    -- from the next attempt on (never leads on across someone else's write).
+    stop_leading(self, holder and ("lease taken by " .. holder) or "lease released by another")
+    self.last_error = nil
+    return false
+  end
   local lease_seconds = tonumber(spec.leaseDurationSeconds) or self.lease_duration
   if holder and holder ~= self.identity and self.observed_time + lease_seconds > now then
     self.last_error = nil
@@ -211,6 +239,14 @@ local function try_acquire_or_renew(self, now)
     new.leaseTransitions = transitions + 1
   end
   lease.spec = new
+  if self.labels or self.annotations then
+    local md = lease.metadata
+    for field, t in pairs{ labels = self.labels, annotations = self.annotations and self.annotations() } do
+      local have = type(md[field]) == "table" and md[field] or {}
+      for k, v in pairs(t) do have[k] = v end
+      md[field] = have
+    end
+  end
   local updated
   updated, err = client:update(LEASES, lease, opts)
   if not updated then return fail(self, err) end -- 409: someone else wrote first
@@ -219,13 +255,6 @@ local function try_acquire_or_renew(self, now)
   return true
 end
 
-local function stop_leading(self, why)
-  if not self.leading then return end
-  self.leading = false
-  log(why == "stop" and "info" or "warn",
-      ("%s stopped leading lease %s/%s (%s)"):format(self.identity, self.namespace, self.name, why))
-  call(self, "on_stopped_leading", self.on_stopped)
-end
 
 --- elector:tick() -> seconds until the next attempt is due
 function Elector:tick()
@@ -272,6 +301,11 @@ end
 --- elector:is_leader() -> true while this replica holds a lease it renewed within renew_deadline
 function Elector:is_leader()
   return self.leading and (self.now() - self.last_renew) < self.renew_deadline
+end
+
+--- elector:renew_soon(): the next tick makes an attempt (a leader publishes new annotations)
+function Elector:renew_soon()
+  self.next_at = -math.huge
 end
 
 --- elector:leading_until() -> the monotonic time at which is_leader() turns false unless a

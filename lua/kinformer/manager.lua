@@ -44,6 +44,7 @@ local events = require "kinformer.events"
 local leaderelection = require "kinformer.leaderelection"
 local task = require "kinformer.task"
 local informer = require "kinformer.informer"
+local sharding = require "kinformer.sharding"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
@@ -68,7 +69,9 @@ Manager.__index = Manager
 _M.Manager = Manager
 
 local KNOWN = { client = true, leader_election = true, metrics_address = true,
-  grace_period = true, events = true, log_level = true }
+  grace_period = true, events = true, log_level = true, sharding = true }
+local SHARD_KNOWN = { group = true, namespace = true, identity = true, lease_duration = true,
+  renew_deadline = true, retry_period = true, margin = true }
 local LE_KNOWN = { lease_name = true, namespace = true, identity = true, lease_duration = true,
   renew_deadline = true, retry_period = true, on_started_leading = true,
   on_stopped_leading = true, on_new_leader = true, release_on_cancel = true }
@@ -103,7 +106,7 @@ local function setup_metrics(self, address)
   return true
 end
 
-local writes_allowed -- (defined with the tasks below)
+local writes_allowed, release_expired -- (defined with the tasks below)
 local LEVELS = { debug = true, info = true, warn = true, error = true }
 
 --- kinformer.manager{ client = client, leader_election = { lease_name =, namespace =, identity =,
@@ -133,7 +136,7 @@ function _M.new(opts)
     _synced = false, _started = false, _stopping = false, _stopped = false, _rr = 1,
     _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
     _written = {}, -- ["group/Kind"]["ns/name"] -> { rv =, at = }: the reconciles' own writes
-    _leading = false, fresh_reads = 0, stale_waits = 0, fenced = 0,
+    _leading = false, fresh_reads = 0, stale_waits = 0, fenced = 0, _releasing = {},
   }, Manager)
   self._guard = writes_allowed(self)
   if level and core.default_log_level then core.default_log_level(level) end
@@ -157,8 +160,40 @@ function _M.new(opts)
     end
     self._elector = leaderelection.new(lo)
   end
+  local sh = opts.sharding
+  if sh ~= nil then
+    if type(sh) ~= "table" then raise(1, F, "option 'sharding' must be a table") end
+    if le ~= nil then raise(1, F, "options 'sharding' and 'leader_election' exclude each other") end
+    argcheck.options(sh, SHARD_KNOWN, F)
+    if type(sh.group) ~= "string" or not sh.group:match("^[a-z0-9][a-z0-9%-]*$")
+        or sh.group:match("%-$") or #sh.group > 63 then
+      raise(1, F, "sharding.group must be a DNS label (lowercase letters, digits, '-')")
+    end
+    local ns = sh.namespace or client.namespace or "default"
+    local identity = sh.identity or leaderelection.default_identity()
+    if type(identity) ~= "string" or identity == "" or identity:find(",", 1, true) then
+      raise(1, F, "sharding.identity must be a non-empty string without ','")
+    end
+    local margin = argcheck.number(sh, "margin", F, 2, 0)
+    local shard
+    self._elector = leaderelection.new{ client = client, namespace = ns, identity = identity,
+      lease_name = sharding.lease_name(sh.group, identity),
+      lease_duration = sh.lease_duration, renew_deadline = sh.renew_deadline,
+      retry_period = sh.retry_period, clock = function() return clock.now() end,
+      labels = { [sharding.GROUP_LABEL] = sh.group },
+      annotations = function() return shard:annotations() end }
+    self._shard_opts = { group = sh.group, namespace = ns, identity = identity, margin = margin }
+    shard = sharding.new{ group = sh.group, namespace = ns, identity = identity, margin = margin,
+                          elector = self._elector }
+    self._shard = shard
+  end
   local ok, err = setup_metrics(self, address)
   if not ok then argcheck.fail("manager: metrics server: " .. tostring(err)) end
+  if self._shard then -- the members' Leases, cached
+    self._shard.store = self:informer{ resource = "leases", namespace = self._shard.namespace,
+      label_selector = sharding.GROUP_LABEL .. "=" .. self._shard.group }:store()
+    metrics.collect_sharding(self._registry, self)
+  end
   return self
 end
 
@@ -371,18 +406,21 @@ end
 
 -- Cancels every reconcile in flight: its call is cut, its key kept (queued again unless the
 -- queue shut down).
-local function cancel_reconciles(self, why)
+local function cancel_reconciles(self, why, only)
   local n = 0
   for t in pairs(self._reconciles) do
-    self._sched:cancel(t)
-    self._reconciles[t] = nil
     local c, key = t.a, t.b
-    c.active = c.active - 1
-    c.queue:add(key, LOW)
-    c.queue:done(key)
-    n = n + 1
+    if not only or only(key) then
+      self._sched:cancel(t)
+      self._reconciles[t] = nil
+      c.active = c.active - 1
+      if not only then c.queue:add(key, LOW) end -- (keys handed over are another's now)
+      c.queue:done(key)
+      n = n + 1
+    end
   end
   if n > 0 then log("info", string_format("%d reconcile(s) in flight cancelled: %s", n, why)) end
+  if only then return end
   if self._events_task then
     self._sched:cancel(self._events_task)
     self._events_task = nil
@@ -431,7 +469,14 @@ local function reconcile_some(self)
     self._rr = i % n + 1
     local c = self.controllers[order[i]]
     local key = c.active < c.max_concurrent and c:synced() and c.queue:get(0)
-    if key then
+    local decision = key and self._shard and self._shard:decide(key) or "mine"
+    if decision == "not_mine" then -- another replica's: dropped (a ring change enqueues again)
+      c.queue:forget(key)
+      c.queue:done(key)
+    elseif decision == "wait" then -- its handover is not acknowledged yet: parked
+      c._parked[key] = true
+      c.queue:done(key)
+    elseif key then
       idle = 0
       start_reconcile(self, c, key)
       started = started + 1
@@ -484,6 +529,36 @@ local function flush_events(self)
       if not ok then log("error", "writing Events raised: " .. errtext(err)) end
     end })
   if t then self._events_task = t end
+end
+
+local LEASES = { group = "coordination.k8s.io", version = "v1", resource = "leases",
+                 namespaced = true }
+
+-- Releases the Leases of members silent past their duration + margin (kinformer.sharding),
+-- each with the resourceVersion seen: a member that renewed meanwhile keeps it (409).
+function release_expired(self)
+  local sh = self._shard
+  local releasing = self._releasing
+  for _, lease in ipairs(sh.expiring) do
+    local name = lease.metadata.name
+    if not releasing[name] then
+      releasing[name] = true
+      local copy = core.to_table(lease)
+      copy.spec.holderIdentity = ""
+      copy.metadata.annotations = copy.metadata.annotations or {}
+      copy.metadata.annotations[sharding.RING_ANNOTATION] = ""
+      local who = tostring(lease.spec.holderIdentity)
+      self._sched:spawn(function()
+        return self.client:update(LEASES, copy, { namespace = sh.namespace, timeout = 5 })
+      end, { name = "release " .. name, guard = self._guard, on_done = function(ok, res, t)
+        releasing[name] = nil
+        if ok and res then
+          log("info", "shard member " .. who .. " silent past its lease: its Lease released, " ..
+            "its keys move")
+        end
+      end })
+    end
+  end
 end
 
 -- Leadership changes seen by the loop (the elector's callbacks run inside its task).
@@ -543,6 +618,20 @@ function Manager:_step()
     end
   end
   local leading = synced and follow_leadership(self)
+  if synced and self._shard and not self._stopping then
+    local me = self._shard.identity
+    local changed, sdue = self._shard:update(clock.now(), function(ring, old)
+      cancel_reconciles(self, "keys handed over", function(key) return ring:owner(key) ~= me end)
+      -- the keys this replica takes over: their last owner may have been cut short
+      local function taken(key) return ring:owner(key) == me and old:owner(key) ~= me end
+      for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all(0, taken) end
+    end)
+    if changed then
+      for _, name in ipairs(self._order) do self.controllers[name]:unpark() end
+    end
+    release_expired(self)
+    due = math_min(due, sdue)
+  end
   if leading and el then
     local until_ = el:leading_until()
     if until_ then due = math_min(due, math_max(0, until_ - clock.now())) end
@@ -659,6 +748,20 @@ function Manager:run(opts)
   return reason, rerr
 end
 
+-- The shard's status with the keys of the primaries this replica owns now.
+function Manager:_shard_status()
+  local st = self._shard:status()
+  local owned, total = 0, 0
+  for _, name in ipairs(self._order) do
+    for _, key in ipairs(self.controllers[name].primary:store():list_keys()) do
+      total = total + 1
+      if self._shard:owns(key) then owned = owned + 1 end
+    end
+  end
+  st.keys_owned, st.keys = owned, total
+  return st
+end
+
 --- mgr:recorder() -> the manager's Event recorder (kinformer.events)
 function Manager:recorder() return self._recorder end
 
@@ -682,7 +785,8 @@ function Manager:status()
   return { synced = self:synced(), leader = self:is_leader(), stopped = self._stopped,
            controllers = cs, events = self._recorder:status(),
            leader_election = self._elector and self._elector:status() or nil,
-           fenced = self.fenced, stale_waits = self.stale_waits, fresh_reads = self.fresh_reads }
+           fenced = self.fenced, stale_waits = self.stale_waits, fresh_reads = self.fresh_reads,
+           sharding = self._shard and self:_shard_status() or nil }
 end
 
 _M.LOW = LOW

@@ -412,9 +412,9 @@ end
 
 -- The standard collectors (kinformer.metrics.collectors): collect_workqueue(reg, name, queue),
 -- collect_informer(reg, informer [, name]), collect_client(reg, client),
--- collect_leader(reg, elector).
+-- collect_leader(reg, elector), collect_sharding(reg, manager).
 for _, name in ipairs{ "collect_workqueue", "collect_informer", "collect_client",
-                       "collect_leader" } do
+                       "collect_leader", "collect_sharding" } do
   _M[name] = function(...)
     return require("kinformer.metrics.collectors")[name](...)
   end

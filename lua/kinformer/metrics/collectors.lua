@@ -264,4 +264,28 @@ function _M.collect_leader(reg, elector)
   end)
 end
 
+--- collectors.collect_sharding(reg, manager): a sharded manager's ring, its share and its
+-- handovers, read from mgr:status().sharding at each scrape.
+function _M.collect_sharding(reg, mgr)
+  local F = "collect_sharding"
+  check_registry(reg, F)
+  if type(mgr) ~= "table" or type(mgr._shard_status) ~= "function" then
+    raise(2, F, "sharded manager expected")
+  end
+  if not first_time(reg, "sharding", mgr) then return end
+  reg:collector(function(emit)
+    local st = mgr:_shard_status()
+    local labels = { group = st.group }
+    emit("kinformer_shard_members", "gauge", "Live members of the shard group as this replica " ..
+      "sees them", labels, st.members)
+    emit("kinformer_shard_ring_generation", "gauge", "Changes of the member ring this replica " ..
+      "saw since it started", labels, st.generation)
+    emit("kinformer_shard_handovers_total", "counter", "Rings this replica acknowledged (each " ..
+      "after it stopped the keys the ring took away)", labels, st.handovers)
+    emit("kinformer_shard_keys_owned", "gauge", "Primaries the current ring gives this replica",
+      labels, st.keys_owned)
+    emit("kinformer_shard_keys", "gauge", "Primaries in this replica's caches", labels, st.keys)
+  end)
+end
+
 return _M
