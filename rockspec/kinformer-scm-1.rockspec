@@ -55,6 +55,7 @@ build = {
     ["kinformer.errtext"] = "lua/kinformer/errtext.lua",
     ["kinformer.clock"] = "lua/kinformer/clock.lua",
     ["kinformer.task"] = "lua/kinformer/task.lua",
+    ["kinformer.sharding"] = "lua/kinformer/sharding.lua",
     ["kinformer.flowcontrol"] = "lua/kinformer/flowcontrol.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",
     ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",
