@@ -215,6 +215,44 @@ describe("kinformer.manager sharding", function()
     assert.equals(0, d:signal("TERM"))
   end)
 
+  it("one replica alone owns every key; its status and metrics say so; stop releases its Lease",
+    function()
+    local kinformer = require "kinformer"
+    local ns = "sh-one"
+    configmaps(ns, 50)
+    local client = assert(kinformer.client{ server = srv.url, token = "admin" })
+    kinformer.set_logger(function() end)
+    local mgr = kinformer.manager{ client = client, sharding = { group = "solo", namespace = ns,
+      identity = "only-one", lease_duration = 3, renew_deadline = 2, retry_period = 0.5 } }
+    local n = 0
+    mgr:controller{ name = "c", resource = "configmaps", namespace = ns,
+      reconcile = function() n = n + 1 end }
+    local deadline = now() + 10
+    while n < 50 and now() < deadline do
+      local w = assert(mgr:step())
+      core.wait(mgr:fds(), math.min(w, 0.05))
+    end
+    assert.equals(50, n)
+    local st = mgr:status().sharding
+    assert.same({ 1, 50, 50, true, "only-one" }, { st.members, st.keys_owned, st.keys,
+                                                   st.published, st.ring })
+    local text = mgr:registry():text()
+    assert.matches('kinformer_shard_keys_owned{group="solo"} 50', text, 1, true)
+    assert.matches('kinformer_shard_members{group="solo"} 1', text, 1, true)
+    mgr:stop()
+    kinformer.set_logger(nil, "warn")
+    local code, lease = srv:request("GET", "/apis/coordination.k8s.io/v1/namespaces/" .. ns ..
+      "/leases/solo-only-one", nil, { Authorization = "Bearer admin" })
+    assert.equals(200, code)
+    assert.equals("", lease.spec.holderIdentity)
+    assert.equals("solo", lease.metadata.labels["sharding.kinformer.io/group"])
+    assert.has_error(function()
+      kinformer.manager{ client = client, sharding = { group = "x" },
+                         leader_election = { lease_name = "y" } }
+    end)
+    assert.has_error(function() kinformer.manager{ client = client, sharding = { group = "Bad_Name" } } end)
+  end)
+
   it("a write stalled past the lease duration hands nothing over", function()
     local ns = "sh-stall"
     configmaps(ns, 20)
