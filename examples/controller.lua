@@ -7,11 +7,12 @@
 -- The primary resource is the managed ConfigMap (key "ns/ready-pods", whether it exists or not);
 -- pods map to it. reconcile compares the caches with the ConfigMap and writes only when they
 -- differ; a failure is retried with backoff. Several replicas may run: the one holding the Lease
--- reconciles, the others keep warm caches and queues.
+-- reconciles, the others keep warm caches and queues; or, with --shard-group, every replica
+-- reconciles its share of the namespaces (docs/controller.md, "Sharding").
 --
 --   lua5.4 examples/controller.lua [--seconds N] [--namespace NS] [--identity ID]
 --       [--lease-name NAME] [--lease-namespace NS] [--lease-duration S] [--renew-deadline S]
---       [--retry-period S]
+--       [--retry-period S] [--shard-group GROUP]
 --
 -- Cluster: $KINFORMER_SERVER (a URL) when set, else kinformer.client()'s default. Identity:
 -- --identity, else $POD_NAME, else hostname_pid. Output: one logfmt line per event on stdout.
@@ -30,11 +31,12 @@ local MANAGED = "app.kubernetes.io/managed-by=kinformer-ready-pods"
 local function usage(msg)
   io.stderr:write("controller: ", msg, "\nusage: controller.lua [--seconds N] [--namespace NS]",
     " [--identity ID] [--lease-name NAME] [--lease-namespace NS] [--lease-duration S]",
-    " [--renew-deadline S] [--retry-period S]\n")
+    " [--renew-deadline S] [--retry-period S] [--shard-group GROUP]\n")
   os.exit(2)
 end
 local NUMBERS = { seconds = true, lease_duration = true, renew_deadline = true, retry_period = true }
-local STRINGS = { namespace = true, identity = true, lease_name = true, lease_namespace = true }
+local STRINGS = { namespace = true, identity = true, lease_name = true, lease_namespace = true,
+                  shard_group = true }
 local opts = { lease_name = "kinformer-ready-pods", lease_duration = 15, renew_deadline = 10,
                retry_period = 2, identity = os.getenv("POD_NAME") }
 for i = 1, #arg, 2 do
@@ -66,19 +68,27 @@ local client, err = kinformer.client(server and server ~= "" and { server = serv
 if not client then io.stderr:write("controller: ", tostring(err), "\n") os.exit(1) end
 
 local mgr
-mgr = kinformer.manager{ client = client, leader_election = {
-  lease_name = opts.lease_name, namespace = opts.lease_namespace, identity = opts.identity,
+local leases = { namespace = opts.lease_namespace, identity = opts.identity,
   lease_duration = opts.lease_duration, renew_deadline = opts.renew_deadline,
-  retry_period = opts.retry_period,
-  on_started_leading = function()
-    log("leading", { lease = mgr:elector():status().lease,
-                     queued = mgr:status().controllers["ready-pods"].queue.depth })
-  end,
-  on_stopped_leading = function(why)
-    log(why == "shutdown" and "released" or "following", { lease = mgr:elector():status().lease })
-  end,
-  on_new_leader = function(id) log("leader", { leader = id }) end,
-} }
+  retry_period = opts.retry_period }
+if opts.shard_group then -- every replica works, on its share of the keys
+  leases.group = opts.shard_group
+  mgr = kinformer.manager{ client = client, sharding = leases }
+else
+  mgr = kinformer.manager{ client = client, leader_election = {
+    lease_name = opts.lease_name, namespace = leases.namespace, identity = leases.identity,
+    lease_duration = leases.lease_duration, renew_deadline = leases.renew_deadline,
+    retry_period = leases.retry_period,
+    on_started_leading = function()
+      log("leading", { lease = mgr:elector():status().lease,
+                       queued = mgr:status().controllers["ready-pods"].queue.depth })
+    end,
+    on_stopped_leading = function(why)
+      log(why == "shutdown" and "released" or "following", { lease = mgr:elector():status().lease })
+    end,
+    on_new_leader = function(id) log("leader", { leader = id }) end,
+  } }
+end
 identity = mgr:elector():status().identity
 
 local function is_ready(pod)
