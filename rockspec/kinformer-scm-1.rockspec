@@ -56,6 +56,7 @@ build = {
     ["kinformer.clock"] = "lua/kinformer/clock.lua",
     ["kinformer.task"] = "lua/kinformer/task.lua",
     ["kinformer.sharding"] = "lua/kinformer/sharding.lua",
+    ["kinformer.ryow"] = "lua/kinformer/ryow.lua",
     ["kinformer.flowcontrol"] = "lua/kinformer/flowcontrol.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",
     ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",

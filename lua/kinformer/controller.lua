@@ -17,7 +17,7 @@
 -- - process(key) runs in a task of the manager (kinformer.task: its REST calls do not block
 --   the thread; up to max_concurrent_reconciles keys at once, never one twice): finalizer
 --   steps, then reconcile(req, ctx). The primary it acts on is read through the manager's
---   read-your-own-writes rule (mgr:_fresh). Results: nil / true -> forget; a number n > 0 ->
+--   read-your-own-writes rule (mgr:_fresh, kinformer.ryow). Results: nil / true -> forget; a number n > 0 ->
 --   forget, add_after(n); 0 -> add_rate_limited; raise or nil, err -> add_rate_limited, logged
 --   (409 Conflict at info level), counted.
 -- - Finalizers: the finalizer is added (update with the resourceVersion precondition) before a
@@ -84,8 +84,7 @@ end
 function Ctx:get(resource, key)
   local c = self._controller
   if resource == nil then
-    local written = self.manager._written[c.gk]
-    if self._obj and not (written and written[self.key]) then return self._obj end
+    if self._obj and not self.manager._ryow:wrote(c.gk, self.key) then return self._obj end
     return self.manager:_fresh(c.gk, self.key, self._store, c.resource)
   end
   if type(resource) ~= "string" then raise(1, "get", "resource name expected") end

@@ -25,7 +25,7 @@
 -- - Read-your-own-writes: an object a reconcile wrote through the client (any write that
 --   returned the object) is not read older than that write by a later reconcile: ctx:get()
 --   and the primary handed to a reconcile wait (the task sleeps while the informers catch up)
---   until the cache holds that resourceVersion or a newer one, for up to RYOW_TIMEOUT, then read
+--   until the cache holds that resourceVersion or a newer one, for up to 2 s, then read
 --   the object from the server instead.
 -- - run() catches SIGINT / SIGTERM (kinformer.catch_signals): at a signal the reconciles in
 --   flight are cancelled (their calls cut), queued Events are written for up to grace_period
@@ -45,6 +45,7 @@ local leaderelection = require "kinformer.leaderelection"
 local task = require "kinformer.task"
 local informer = require "kinformer.informer"
 local sharding = require "kinformer.sharding"
+local ryow = require "kinformer.ryow"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
@@ -58,8 +59,6 @@ local BATCH = 500       -- informer:dispatch batch per step
 local RECONCILES = 50   -- most reconciles started per step
 local STEP_BUDGET = 0.2 -- seconds of reconciles per step (the loop then serves the rest)
 local MAX_WAIT = 1      -- longest wait step() suggests (fds wake it earlier)
-local RYOW_TIMEOUT = 2  -- seconds a reconcile waits for the cache to show its own write
-local RYOW_POLL = 0.005 -- seconds between two looks at the cache meanwhile
 local LOW = -100        -- the work queue priority of keys no change caused (controller-runtime's)
 
 local _M = {}
@@ -135,8 +134,8 @@ function _M.new(opts)
     _informers = {}, _seen = {}, -- the informers the manager runs, each once
     _synced = false, _started = false, _stopping = false, _stopped = false, _rr = 1,
     _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
-    _written = {}, -- ["group/Kind"]["ns/name"] -> { rv =, at = }: the reconciles' own writes
-    _leading = false, fresh_reads = 0, stale_waits = 0, fenced = 0, _releasing = {},
+    _ryow = ryow.new(client), -- the reconciles' own writes (read-your-own-writes)
+    _leading = false, fenced = 0, _releasing = {},
   }, Manager)
   self._guard = writes_allowed(self)
   if level and core.default_log_level then core.default_log_level(level) end
@@ -309,76 +308,10 @@ local function observe(self, c, result, seconds)
   self._m_time:observe({ controller = c.name }, seconds)
 end
 
--- ---- read-your-own-writes ----
-
-local function group_of(api_version)
-  if type(api_version) ~= "string" then return nil end
-  return api_version:match("^([^/]*)/") or ""
-end
-
--- self._written[gk][key]: gk is "group/Kind" (controller.gk), key "ns/name" or "name".
-local function written_of(self, gk)
-  local w = self._written[gk]
-  if not w then
-    w = {}
-    self._written[gk] = w
-  end
-  return w
-end
-
--- Whether resourceVersion a is the same as or newer than b. resourceVersions are compared as
--- integers (what kube-apiserver's are); others only for equality.
-local function caught_up(a, b)
-  if a == b then return true end
-  local x, y = tonumber(a), tonumber(b)
-  return x ~= nil and y ~= nil and x >= y
-end
-
--- The task hook: remembers what a reconcile wrote.
-local function note_write(self, method, obj)
-  local md = type(obj) == "table" and obj.metadata
-  if type(md) ~= "table" or type(md.name) ~= "string" or type(obj.kind) ~= "string"
-      or type(md.resourceVersion) ~= "string" then return end
-  local group = group_of(obj.apiVersion)
-  if not group or obj.kind == "Status" then return end
-  local ns = md.namespace
-  local key = (type(ns) == "string" and ns ~= "") and (ns .. "/" .. md.name) or md.name
-  written_of(self, group .. "/" .. obj.kind)[key] = { rv = md.resourceVersion,
-    at = clock.now(), deleted = method == "DELETE" and not md.deletionTimestamp or nil }
-end
-
---- mgr:_fresh(gk, key, store, resource) -> the object to act on | nil (gone) | nil, err:
--- store's copy, unless this manager's reconciles wrote a newer one (gk: "group/Kind"): then,
--- inside a task, waits for the cache (RYOW_TIMEOUT at most) and then reads the server.
+--- mgr:_fresh(gk, key, store, resource) -> the object to act on | nil (gone) | nil, err
+-- (kinformer.ryow: store's copy, or the manager's own newer write)
 function Manager:_fresh(gk, key, store, resource)
-  local obj = store:get_by_key(key)
-  local written = self._written[gk]
-  local w = written and written[key]
-  if not w then return obj end
-  local t = task.current()
-  local waited = false
-  while true do
-    if w.deleted then
-      if obj == nil then break end
-    elseif obj ~= nil and caught_up(obj.metadata.resourceVersion, w.rv) then
-      break
-    end
-    if not t or clock.now() - w.at >= RYOW_TIMEOUT then
-      written[key] = nil
-      self.fresh_reads = self.fresh_reads + 1
-      local got, err = self.client:get(resource, key)
-      if got then return got end
-      if type(err) == "table" and err.code == 404 then return nil end
-      return nil, err
-    end
-    if not waited then self.stale_waits = self.stale_waits + 1 end
-    waited = true
-    t:sleep(RYOW_POLL)
-    obj = store:get_by_key(key)
-    if written[key] ~= w then w = written[key] or w end -- a newer write meanwhile
-  end
-  if written[key] == w then written[key] = nil end
-  return obj
+  return self._ryow:fresh(gk, key, store, resource)
 end
 
 -- Once a second: forget what the caches caught up with long ago, name unstarted informers.
@@ -386,11 +319,7 @@ local function housekeeping(self, now)
   if now < (self._prune_at or 0) then return end
   self._prune_at = now + 1
   informer.warn_unstarted(self.client, 1)
-  for _, written in pairs(self._written) do
-    for k, w in pairs(written) do
-      if now - w.at > RYOW_TIMEOUT then written[k] = nil end
-    end
-  end
+  self._ryow:prune(now)
 end
 
 -- ---- the tasks ----
@@ -450,7 +379,7 @@ local function start_reconcile(self, c, key)
   local opts = c._task_opts
   if not opts then
     opts = { name = c.name, guard = self._guard, on_done = reconcile_done,
-             on_write = function(method, _, obj) note_write(self, method, obj) end }
+             on_write = function(method, _, obj) self._ryow:note(method, obj) end }
     c._task_opts = opts
   end
   local t = self._sched:spawn(run_process, opts, c, key)
@@ -785,11 +714,11 @@ function Manager:status()
   return { synced = self:synced(), leader = self:is_leader(), stopped = self._stopped,
            controllers = cs, events = self._recorder:status(),
            leader_election = self._elector and self._elector:status() or nil,
-           fenced = self.fenced, stale_waits = self.stale_waits, fresh_reads = self.fresh_reads,
+           fenced = self.fenced, stale_waits = self._ryow.stale_waits,
+           fresh_reads = self._ryow.fresh_reads,
            sharding = self._shard and self:_shard_status() or nil }
 end
 
 _M.LOW = LOW
-_M.RYOW_TIMEOUT = RYOW_TIMEOUT
 
 return _M
