@@ -57,6 +57,7 @@ build = {
     ["kinformer.task"] = "lua/kinformer/task.lua",
     ["kinformer.sharding"] = "lua/kinformer/sharding.lua",
     ["kinformer.ryow"] = "lua/kinformer/ryow.lua",
+    ["kinformer.rbac"] = "lua/kinformer/rbac.lua",
     ["kinformer.flowcontrol"] = "lua/kinformer/flowcontrol.lua",
     ["kinformer.rest"] = "lua/kinformer/rest.lua",
     ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",
@@ -99,5 +100,8 @@ build = {
       libdirs = { "$(CURL_LIBDIR)" },
       libraries = { "pthread", "curl" },
     },
+  },
+  install = {
+    bin = { ["kinformer-rbac"] = "bin/kinformer-rbac" },
   },
 }

@@ -35,6 +35,7 @@ local workqueue = require "kinformer.workqueue"
 local resources = require "kinformer.resources"
 local task = require "kinformer.task"
 local objects = require "kinformer.objects"
+local rbac = require "kinformer.rbac"
 
 local type, tostring, tonumber, pairs, ipairs, pcall, setmetatable = type, tostring,
   tonumber, pairs, ipairs, pcall, setmetatable
@@ -163,7 +164,7 @@ end
 
 local SPEC = { name = true, resource = true, namespace = true, label_selector = true,
   owns = true, watches = true, predicates = true, finalizer = true, reconcile = true,
-  finalize = true, rate_limiter = true, max_concurrent_reconciles = true }
+  finalize = true, rate_limiter = true, max_concurrent_reconciles = true, rbac = true }
 local SOURCE = { resource = true, map = true, predicates = true, namespace = true,
   label_selector = true }
 
@@ -425,6 +426,7 @@ function _M.new(mgr, spec)
     _parked = {}, -- a sharded manager's keys waiting for their handover
     reconciles = 0, errors = 0, conflicts = 0, requeues = 0, filtered = 0,
     source_errors = 0, finalizes = 0, last_error = nil,
+    rbac = rbac.check(spec.rbac, F), -- rules declared for mgr:rbac
   }, Controller)
   self.queue = workqueue.new{ name = name, rate_limiter = spec.rate_limiter,
     clock = function() return clock.now() end,

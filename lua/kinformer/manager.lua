@@ -46,6 +46,7 @@ local task = require "kinformer.task"
 local informer = require "kinformer.informer"
 local sharding = require "kinformer.sharding"
 local ryow = require "kinformer.ryow"
+local rbac = require "kinformer.rbac"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
@@ -68,7 +69,7 @@ Manager.__index = Manager
 _M.Manager = Manager
 
 local KNOWN = { client = true, leader_election = true, metrics_address = true,
-  grace_period = true, events = true, log_level = true, sharding = true }
+  grace_period = true, events = true, log_level = true, sharding = true, rbac = true }
 local SHARD_KNOWN = { group = true, namespace = true, identity = true, lease_duration = true,
   renew_deadline = true, retry_period = true, margin = true }
 local LE_KNOWN = { lease_name = true, namespace = true, identity = true, lease_duration = true,
@@ -112,7 +113,7 @@ local LEVELS = { debug = true, info = true, warn = true, error = true }
 --   lease_duration =, renew_deadline =, retry_period =, on_started_leading =,
 --   on_stopped_leading =, on_new_leader = }, metrics_address = "127.0.0.1:8080",
 --   grace_period = 5, events = { component =, burst =, refill =, max_queue = },
---   log_level = "info" } -> manager
+--   log_level = "info", rbac = { { apiGroups =, resources =, verbs = }, ... } } -> manager
 -- log_level: the default logger's level from now on (kinformer.set_logger), unless a logger or
 -- a level was set before; false leaves it alone.
 function _M.new(opts)
@@ -136,6 +137,7 @@ function _M.new(opts)
     _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
     _ryow = ryow.new(client), -- the reconciles' own writes (read-your-own-writes)
     _leading = false, fenced = 0, _releasing = {},
+    _rbac = rbac.check(opts.rbac, F), -- rules declared for mgr:rbac
   }, Manager)
   self._guard = writes_allowed(self)
   if level and core.default_log_level then core.default_log_level(level) end
@@ -690,6 +692,9 @@ function Manager:_shard_status()
   st.keys_owned, st.keys = owned, total
   return st
 end
+
+--- mgr:rbac([opts]) -> the RBAC rules the manager needs, or their manifests (kinformer.rbac)
+function Manager:rbac(opts) return rbac.for_manager(self, opts) end
 
 --- mgr:recorder() -> the manager's Event recorder (kinformer.events)
 function Manager:recorder() return self._recorder end
