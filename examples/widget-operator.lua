@@ -7,10 +7,14 @@
 --     Widget until then);
 --   - status.observedGeneration and a Ready condition, written only when they change;
 --   - Events on the Widget ("ConfigMapCreated", "ConfigMapUpdated", "FileRemoved").
--- Several replicas may run: the Lease "widget-operator" picks the one that reconciles.
+-- Several replicas may run: the Lease "widget-operator" (in --lease-namespace, default the
+-- client's namespace: in a pod, its own) picks the one that reconciles. With --metrics-address
+-- the manager serves /metrics, /healthz and /readyz there (examples/deploy/ probes them).
 --
 --   lua5.4 examples/widget-operator.lua [--seconds N] [--dir DIR] [--identity ID]
---       [--namespace NS]
+--       [--namespace NS] [--lease-namespace NS] [--metrics-address HOST:PORT]
+--
+-- Its RBAC: bin/kinformer-rbac examples/widget-operator.lua (examples/deploy/rbac.yaml).
 --
 -- Cluster: $KINFORMER_SERVER (a URL) when set, else kinformer.client()'s default. Output: one
 -- line per action on stdout ("reconciled ns/name", "configmap created ns/name-config", "status
@@ -28,6 +32,8 @@ for i = 1, #arg, 2 do
   local name, v = (arg[i]:match("^%-%-([%w-]+)$") or ""), arg[i + 1]
   if name == "seconds" then opts.seconds = tonumber(v)
   elseif name == "dir" or name == "identity" or name == "namespace" then opts[name] = v
+  elseif name == "lease-namespace" then opts.lease_namespace = v
+  elseif name == "metrics-address" then opts.metrics_address = v
   else io.stderr:write("widget-operator: unknown argument ", arg[i], "\n") os.exit(2) end
   if v == nil or (name == "seconds" and not opts.seconds) then
     io.stderr:write("widget-operator: ", arg[i], " needs a value\n") os.exit(2)
@@ -40,9 +46,10 @@ local server = os.getenv("KINFORMER_SERVER")
 local client, err = kinformer.client(server and server ~= "" and { server = server } or nil)
 if not client then io.stderr:write("widget-operator: ", tostring(err), "\n") os.exit(1) end
 
-local mgr = kinformer.manager{ client = client, leader_election = {
-  lease_name = "widget-operator", namespace = client.namespace, identity = opts.identity,
-  on_started_leading = function() say("leading") end } }
+local mgr = kinformer.manager{ client = client, metrics_address = opts.metrics_address,
+  leader_election = {
+    lease_name = "widget-operator", namespace = opts.lease_namespace or client.namespace,
+    identity = opts.identity, on_started_leading = function() say("leading") end } }
 
 local function file_of(w) return ("%s/%s_%s.widget"):format(opts.dir, w.metadata.namespace,
   w.metadata.name) end
@@ -115,6 +122,9 @@ mgr:controller{
     say("finalized", kinformer.key_of(w))
   end,
   reconcile = reconcile,
+  -- client:update_status_if_changed writes the status subresource: a call the manager cannot see
+  rbac = { { apiGroups = { "example.com" }, resources = { "widgets/status" },
+             verbs = { "update", "patch" } } },
 }
 local reason, rerr = mgr:run{ timeout = opts.seconds }
 if not reason then io.stderr:write("widget-operator: ", tostring(rerr), "\n") os.exit(1) end
