@@ -183,6 +183,10 @@ mgr:controller{
         or is_ready(ev.old) ~= is_ready(ev.object)
     end } } },
   reconcile = reconcile,
+  -- The reconcile writes the ConfigMaps itself (client:create / update / delete): declared for
+  -- mgr:rbac, which sees only what the manager does (bin/kinformer-rbac examples/controller.lua).
+  rbac = { { apiGroups = { "" }, resources = { "configmaps" },
+             verbs = { "create", "update", "delete" } } },
 }
 pods = assert(client:informer{ resource = "pods", namespace = opts.namespace })
 
