@@ -26,7 +26,7 @@ end
 
 -- A copy of what the rock is built from, so that luarocks' objects stay out of the checkout.
 local function copy_of_checkout(dir)
-  assert(os.execute(("mkdir -p '%s' && cd '%s' && cp -r csrc lua rockspec '%s'"):format(
+  assert(os.execute(("mkdir -p '%s' && cd '%s' && cp -r csrc lua rockspec bin '%s'"):format(
     dir, KINFORMER_ROOT, dir)))
 end
 
