@@ -93,7 +93,8 @@ describe("kinformer.rbac", function()
         "examples/widget-operator.lua", "--lease-namespace", "widget-system" }
       assert.equal(0, rc)
       local f = assert(io.open(ROOT .. "/examples/deploy/rbac.yaml"))
-      local checked_in = f:read("a"):gsub("^#[^\n]*\n", ""):gsub("^#[^\n]*\n", "")
+      local checked_in = f:read("a")
+      while checked_in:match("^#") do checked_in = checked_in:gsub("^#[^\n]*\n", "", 1) end
       f:close()
       assert.equal(checked_in, out) -- regenerate with the command in the file's first line
       -- and the YAML says what the JSON says
