@@ -78,6 +78,9 @@ class Authz:
         self.rbac = bool(getattr(opts, "rbac", False))
         self.rbac_admins = set(getattr(opts, "rbac_admin", None) or [])
         self._rbac = Rbac(store) if store is not None else None
+        # GET /_fake/authz shows the RBAC settings once they were given, so its answer stays
+        # what it was for a server that does not use RBAC.
+        self.rbac_shown = self.rbac or bool(self.rbac_admins)
         if self.rbac and self._rbac is None:
             raise SystemExit("--rbac needs the store")
 
@@ -185,12 +188,14 @@ class Authz:
                     self.rbac = body["rbac"]
                 if "rbac_admins" in body:
                     self.rbac_admins = set(str(u) for u in body["rbac_admins"] or [])
+                self.rbac_shown = self.rbac_shown or "rbac" in body or "rbac_admins" in body
         elif x.method != "GET":
             raise ApiError(405, "MethodNotAllowed", "GET or POST")
         with self.lock:
-            return x.send_json(200, {"impersonators": sorted(self.impersonators),
-                                     "deny": list(self.deny), "rbac": self.rbac,
-                                     "rbac_admins": sorted(self.rbac_admins)})
+            out = {"impersonators": sorted(self.impersonators), "deny": list(self.deny)}
+            if self.rbac_shown:
+                out["rbac"], out["rbac_admins"] = self.rbac, sorted(self.rbac_admins)
+        return x.send_json(200, out)
 
 
 def forbidden(user, attrs):
