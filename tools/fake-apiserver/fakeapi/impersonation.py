@@ -16,12 +16,17 @@ kube-apiserver's impersonation filter and RBAC do.
   or a list, or `POST /_fake/authz {"deny": [...]}`): `{"user"?: name, "group"?: name,
   "verb"?: "create", "resource"?: "configmaps", "namespace"?: ns}` (absent = any). A denied
   request gets RBAC's 403, e.g. `configmaps is forbidden: User "viewer" cannot create resource
-  "configmaps" in API group "" in the namespace "default"`. Non-resource paths (/api, /apis,
-  /version, ...) are always allowed.
+  "configmaps" in API group "" in the namespace "default"` (forbidden() builds every such
+  403). Non-resource paths (/api, /apis, /version, ...) are always allowed.
+- RBAC (`--rbac`, or `POST /_fake/authz {"rbac": bool}`): a request no deny rule refused must
+  also be granted by the RBAC objects in the store (rbac.py), unless its user is in
+  system:masters: the unnamed `--token` user and `--rbac-admin` users (or a request
+  impersonating that group). Users' groups: system:authenticated (system:unauthenticated for
+  anonymous requests) and a service account's system:serviceaccounts[:NS].
 
 The request log records the impersonation headers as `"impersonate": {"user", "groups", "uid",
-"extra"}`. Hooks in handler.py: the tokens, the bearer user name, log_fields, authorize and the
-/_fake/authz control endpoint.
+"extra"}`; handler.py marks requests refused here `"forbidden": true`. Hooks in handler.py:
+the tokens, the bearer user name, log_fields, authorize and the /_fake/authz control endpoint.
 """
 
 import json
