@@ -343,6 +343,38 @@ describe("fake apiserver RBAC", function()
       assert.equal(200, (as(srv, SA, "GET", CM .. "/x")))
     end)
 
+    it("lets a kinformer informer with the service account's token sync only where a Role allows", function()
+      local kinformer = require "kinformer"
+      role(srv, "shop", "cm-watcher", { { apiGroups = { "" }, resources = { "configmaps" },
+                                          verbs = { "list", "watch" } } })
+      bind(srv, "shop", "widget-watch", "Role", "cm-watcher", SA_SUBJECT)
+      local client = assert(kinformer.client{ server = srv.url, token = SA })
+      local ok_inf = assert(client:informer{ resource = "configmaps", namespace = "shop",
+                                             backoff_initial = 0.05, backoff_max = 0.2 })
+      local denied = assert(client:informer{ resource = "configmaps", namespace = "other",
+                                             backoff_initial = 0.05, backoff_max = 0.2 })
+      finally(function() ok_inf:stop(); denied:stop() end)
+      assert(ok_inf:start())
+      assert(denied:start())
+      assert(ok_inf:wait_for_sync(5))
+      assert.equal(2, #ok_inf:store():list())
+      local ok, err = denied:wait_for_sync(1)
+      assert.is_nil(ok)
+      assert.matches(cannot(WIDGET, "list", "configmaps", "configmaps", "", "other"), err, 1, true)
+      assert.equal("Forbidden", denied:status().last_error_reason)
+      -- the watch was authorized when it started (it may start just after the sync)
+      local socket = require "socket"
+      local watched, deadline = false, socket.gettime() + 5
+      repeat
+        for _, q in ipairs(srv:requests_to("GET", "^/api/v1/namespaces/shop/configmaps$")) do
+          if q.query.watch then watched = true end
+          assert.is_nil(q.forbidden)
+        end
+        if not watched then socket.sleep(0.05) end
+      until watched or socket.gettime() > deadline
+      assert.is_true(watched)
+    end)
+
     it("never authorizes the control endpoints", function()
       assert.equal(200, (as(srv, SA, "GET", "/_fake/info")))
       assert.equal(200, (srv:request("GET", "/_fake/requests")))
