@@ -313,7 +313,8 @@ class App:
         self.server_address = ""
         # Accepted credentials; POST /_fake/auth replaces them (token rotation in specs).
         self.auth_lock = threading.Lock()
-        self.authz = Authz(opts)  # named tokens, impersonation, deny rules (impersonation.py)
+        # Named tokens, impersonation, deny rules (impersonation.py) and RBAC (rbac.py).
+        self.authz = Authz(opts, store)
         self.warnings = Warnings(opts, self.registry)  # Warning headers (warning_headers.py)
         self.tokens = set(opts.token or []) | self.authz.tokens()
         self.basic = set(getattr(opts, "basic_auth", None) or [])
@@ -355,7 +356,13 @@ class App:
             if auth is None:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             is_watch = "/watch/" in x.path or x.query.get("watch") in _TRUE
-            self.authz.authorize(x, auth, user, is_watch)
+            try:
+                self.authz.authorize(x, auth, user, is_watch)
+            except ApiError as e:
+                if e.code == 403:  # specs find denied requests by this
+                    with self.requests_lock:
+                        entry["forbidden"] = True
+                raise
             x.warnings = self.warnings.for_request(x.method, x.path)
             x.fault = self.faults.take(x.method, x.path, x.query, is_watch)
             answered = False

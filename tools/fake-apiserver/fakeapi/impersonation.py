@@ -16,12 +16,17 @@ kube-apiserver's impersonation filter and RBAC do.
   or a list, or `POST /_fake/authz {"deny": [...]}`): `{"user"?: name, "group"?: name,
   "verb"?: "create", "resource"?: "configmaps", "namespace"?: ns}` (absent = any). A denied
   request gets RBAC's 403, e.g. `configmaps is forbidden: User "viewer" cannot create resource
-  "configmaps" in API group "" in the namespace "default"`. Non-resource paths (/api, /apis,
-  /version, ...) are always allowed.
+  "configmaps" in API group "" in the namespace "default"` (forbidden() builds every such
+  403). Non-resource paths (/api, /apis, /version, ...) are always allowed.
+- RBAC (`--rbac`, or `POST /_fake/authz {"rbac": bool}`): a request no deny rule refused must
+  also be granted by the RBAC objects in the store (rbac.py), unless its user is in
+  system:masters: the unnamed `--token` user and `--rbac-admin` users (or a request
+  impersonating that group). Users' groups: system:authenticated (system:unauthenticated for
+  anonymous requests) and a service account's system:serviceaccounts[:NS].
 
 The request log records the impersonation headers as `"impersonate": {"user", "groups", "uid",
-"extra"}`. Hooks in handler.py: the tokens, the bearer user name, log_fields, authorize and the
-/_fake/authz control endpoint.
+"extra"}`; handler.py marks requests refused here `"forbidden": true`. Hooks in handler.py:
+the tokens, the bearer user name, log_fields, authorize and the /_fake/authz control endpoint.
 """
 
 import json
@@ -29,6 +34,7 @@ import threading
 from urllib.parse import unquote
 
 from .objects import ApiError
+from .rbac import Rbac, service_account_groups
 
 _TRUE = ("true", "1")
 _EXTRA = "impersonate-extra-"
@@ -41,6 +47,12 @@ def add_args(a):
       help="USER may impersonate users, groups, uids and extras (repeatable)")
     a("--deny", action="append", default=[], metavar="JSON",
       help='deny rule(s): {"user", "group", "verb", "resource", "namespace"} (absent = any)')
+    a("--rbac", action="store_true",
+      help="authorize resource requests with the RBAC objects in the store, as kube-apiserver's "
+           "RBAC authorizer does (POST /_fake/authz switches it at run time)")
+    a("--rbac-admin", action="append", default=[], metavar="USER",
+      help="USER is in the group system:masters, which RBAC lets do anything (repeatable; the "
+           "user of an unnamed --token always is)")
 
 
 def _rules(v):
@@ -52,8 +64,11 @@ def _rules(v):
     return rules
 
 
+MASTERS = "system:masters"
+
+
 class Authz:
-    def __init__(self, opts):
+    def __init__(self, opts, store=None):
         self.token_users = {}
         for pair in getattr(opts, "user_token", None) or []:
             user, _, token = pair.partition("=")
@@ -65,6 +80,14 @@ class Authz:
         self.deny = []
         for d in getattr(opts, "deny", None) or []:
             self.deny.extend(_rules(json.loads(d)))
+        self.rbac = bool(getattr(opts, "rbac", False))
+        self.rbac_admins = set(getattr(opts, "rbac_admin", None) or [])
+        self._rbac = Rbac(store) if store is not None else None
+        # GET /_fake/authz shows the RBAC settings once they were given, so its answer stays
+        # what it was for a server that does not use RBAC.
+        self.rbac_shown = self.rbac or bool(self.rbac_admins)
+        if self.rbac and self._rbac is None:
+            raise SystemExit("--rbac needs the store")
 
     def tokens(self):
         return set(self.token_users)
@@ -100,11 +123,24 @@ class Authz:
         imp = self.impersonation(x)
         return {"impersonate": imp} if imp else {}
 
+    def groups(self, auth, user):
+        """The groups the authenticator gives a user: system:authenticated (or
+        system:unauthenticated), system:masters for the unnamed --token user and --rbac-admin
+        users, a service account's two groups."""
+        if auth == "anonymous":
+            return ["system:unauthenticated"]
+        groups = ["system:authenticated"] + service_account_groups(user)
+        with self.lock:
+            admin = user in self.rbac_admins
+        if admin or (auth == "bearer" and user == ""):
+            groups.append(MASTERS)
+        return groups
+
     def authorize(self, x, auth, user, is_watch):
         """Raises the ApiError kube-apiserver would answer; returns the effective user name."""
         requester = "system:anonymous" if auth == "anonymous" else user
         imp = self.impersonation(x)
-        groups = []
+        groups = self.groups(auth, user)
         if imp:
             if "user" not in imp:
                 raise ApiError(500, "InternalError", "Internal error occurred: requested %s "
@@ -117,13 +153,16 @@ class Authz:
                                'scope' % (imp["user"], requester),
                                {"name": imp["user"], "kind": "users"})
             requester = imp["user"]
-            groups = imp.get("groups", []) + ["system:authenticated"]
+            # As kube-apiserver: a service account impersonated without groups gets its own.
+            groups = imp.get("groups") or service_account_groups(requester)
+            groups = groups + ["system:authenticated"]
         attrs = _attributes(x, is_watch)
         if attrs is None:
             return requester
         group, resource, ns, name, verb = attrs
         with self.lock:
             rules = list(self.deny)
+            rbac = self.rbac
         for r in rules:
             if ("user" in r and r["user"] != requester) or \
                ("group" in r and r["group"] not in groups) or \
@@ -131,13 +170,9 @@ class Authz:
                ("resource" in r and r["resource"] != resource) or \
                ("namespace" in r and r["namespace"] != ns):
                 continue
-            what = '%s "%s"' % (resource, name) if name else resource
-            scope = 'in the namespace "%s"' % ns if ns else "at the cluster scope"
-            raise ApiError(403, "Forbidden", '%s is forbidden: User "%s" cannot %s resource '
-                           '"%s" in API group "%s" %s' % (what, requester, verb, resource, group,
-                                                           scope),
-                           {"name": name, "group": group, "kind": resource} if name else
-                           {"group": group, "kind": resource})
+            raise forbidden(requester, attrs)
+        if rbac and MASTERS not in groups and not self._rbac.allows(requester, groups, attrs):
+            raise forbidden(requester, attrs)
         return requester
 
     def control(self, x):
@@ -152,11 +187,38 @@ class Authz:
                     self.impersonators = set(str(u) for u in body["impersonators"] or [])
                 if "deny" in body:
                     self.deny = _rules(body["deny"] or [])
+                if "rbac" in body:
+                    if not isinstance(body["rbac"], bool) or self._rbac is None:
+                        raise ApiError(400, "BadRequest", '"rbac" is true or false')
+                    self.rbac = body["rbac"]
+                if "rbac_admins" in body:
+                    self.rbac_admins = set(str(u) for u in body["rbac_admins"] or [])
+                self.rbac_shown = self.rbac_shown or "rbac" in body or "rbac_admins" in body
         elif x.method != "GET":
             raise ApiError(405, "MethodNotAllowed", "GET or POST")
         with self.lock:
-            return x.send_json(200, {"impersonators": sorted(self.impersonators),
-                                     "deny": list(self.deny)})
+            out = {"impersonators": sorted(self.impersonators), "deny": list(self.deny)}
+            if self.rbac_shown:
+                out["rbac"], out["rbac_admins"] = self.rbac, sorted(self.rbac_admins)
+        return x.send_json(200, out)
+
+
+def forbidden(user, attrs):
+    """The 403 kube-apiserver answers when its authorizer says no (responsewriters.Forbidden):
+    the status names the group-qualified resource without its subresource ("deployments.apps"),
+    the message the resource with it ("pods/status")."""
+    group, resource, ns, name, verb = attrs
+    base = resource.partition("/")[0]
+    qualified = "%s.%s" % (base, group) if group else base
+    what = '%s "%s"' % (qualified, name) if name else qualified
+    scope = 'in the namespace "%s"' % ns if ns else "at the cluster scope"
+    details = {"kind": base}
+    if group:
+        details["group"] = group
+    if name:
+        details["name"] = name
+    return ApiError(403, "Forbidden", '%s is forbidden: User "%s" cannot %s resource "%s" in '
+                    'API group "%s" %s' % (what, user, verb, resource, group, scope), details)
 
 
 def _attributes(x, is_watch):
@@ -184,4 +246,11 @@ def _attributes(x, is_watch):
                                                                                      "")
     if x.method == "GET" and (is_watch or x.query.get("watch") in _TRUE):
         verb = "watch"
+    if verb in ("list", "watch") and not name:
+        # As kube-apiserver's RequestInfo: a list or watch of one object by field selector is
+        # authorized for that name (so resourceNames rules can allow it).
+        for term in (x.query.get("fieldSelector") or "").split(","):
+            key, _, value = term.partition("=")
+            if key.strip() == "metadata.name":
+                name = value[1:] if value.startswith("=") else value
     return group, resource, ns, name, verb

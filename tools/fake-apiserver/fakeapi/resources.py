@@ -142,6 +142,12 @@ def builtin_types():
           short_names=["hpa"], status_subresource=True, categories=["all"]),
         T("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", namespaced=False,
           status_subresource=True),
+        # Plain objects; with --rbac they also authorize requests (fakeapi/rbac.py).
+        T("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+        T("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+        T("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+        T("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+          namespaced=False),
         # Creating a CustomResourceDefinition serves its resource (fakeapi/crds.py).
         T("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
           namespaced=False, short_names=["crd", "crds"], status_subresource=True),
