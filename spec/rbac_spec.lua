@@ -205,26 +205,9 @@ describe("kinformer.rbac", function()
     end)
 
     it("passes kubectl apply --dry-run=server against the fake API server", function()
-      -- The fake server serves neither RBAC nor ServiceAccounts: RBAC's kinds are stood in for
-      -- by CRDs of the same group, version, names and scope (what kubectl and the server's
-      -- dry run check is the objects' mapping and shape); the ServiceAccount is checked above.
-      local crds = {}
-      for _, k in ipairs{ { "Role", "roles", "Namespaced" }, { "RoleBinding", "rolebindings", "Namespaced" },
-                          { "ClusterRole", "clusterroles", "Cluster" },
-                          { "ClusterRoleBinding", "clusterrolebindings", "Cluster" } } do
-        crds[#crds + 1] = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-          metadata = { name = k[2] .. ".rbac.authorization.k8s.io" },
-          spec = { group = "rbac.authorization.k8s.io", scope = k[3],
-            names = { plural = k[2], singular = k[1]:lower(), kind = k[1], listKind = k[1] .. "List" },
-            versions = { { name = "v1", served = true, storage = true,
-              schema = { openAPIV3Schema = { type = "object",
-                                             ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
-      end
-      local file = os.tmpname()
-      local f = assert(io.open(file, "w"))
-      f:write(cjson.encode(crds))
-      f:close()
-      local srv = fake.start{ quiet = true, args = { "--crd", file } }
+      -- The fake server serves RBAC's kinds; a ServiceAccount is checked above while it serves
+      -- none.
+      local srv = fake.start{ quiet = true }
       local kubeconfig = fake.kubeconfig(srv, { namespace = "default" })
       local cache = os.tmpname()
       local code = srv:request("GET", "/api/v1/serviceaccounts")
@@ -240,7 +223,6 @@ describe("kinformer.rbac", function()
       local out, rc = run("KUBECACHEDIR=" .. quote(cache .. ".d") .. " kubectl --kubeconfig "
         .. quote(kubeconfig) .. " apply --dry-run=server" .. files .. " 2>&1")
       srv:stop()
-      os.remove(file)
       os.remove(kubeconfig)
       os.remove(cache)
       run("rm -rf " .. quote(cache .. ".d"))
