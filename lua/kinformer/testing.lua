@@ -164,13 +164,35 @@ local function urlencode(s)
   return (tostring(s):gsub("[^%w%-_.~/]", function(c) return format("%%%02X", c:byte()) end))
 end
 
---- env:list(resource [, { namespace = ns }]) -> array of objects (plain tables), key order
+-- resource's apiVersion and kind, from env.client's discovery (list items carry neither).
+function Env:_type_of(resource)
+  self._types = self._types or {}
+  local t = self._types[resource]
+  if t then return t end
+  local g, v, plural = resource:match("^(.-)/?([^/]+)/([^/]+)$")
+  local r = self.client:resolve(plural and (g ~= "" and plural .. "." .. v .. "." .. g or plural)
+    or resource)
+  t = r and r.kind and { apiVersion = (r.group ~= "" and r.group .. "/" or "") .. r.version,
+                         kind = r.kind } or {}
+  self._types[resource] = t
+  return t
+end
+
+--- env:list(resource [, { namespace = ns }]) -> array of objects (plain tables, with apiVersion
+-- and kind), in key order
 function Env:list(resource, opts)
   if type(resource) ~= "string" then raise(1, "list", "resource name expected") end
   opts = argcheck.options(opts, { namespace = true }, "list", 2)
   local q = "/_fake/state?resource=" .. urlencode(control_resource(resource))
   if opts.namespace then q = q .. "&namespace=" .. urlencode(opts.namespace) end
-  return control(self, "GET", q).items
+  local items = control(self, "GET", q).items
+  if #items > 0 then
+    local t = self:_type_of(resource)
+    for _, o in ipairs(items) do
+      o.apiVersion, o.kind = o.apiVersion or t.apiVersion, o.kind or t.kind
+    end
+  end
+  return items
 end
 
 --- env:get(resource, "ns/name" | "name") -> the object | nil
