@@ -213,21 +213,31 @@ local function resource_of(o)
   return group and (kind .. "." .. version .. "." .. group) or kind
 end
 
--- Create, or on AlreadyExists update over the current resourceVersion -> object | nil, err
+-- Create, or on AlreadyExists update over the current resourceVersion; then the status, when
+-- the object has one the write did not keep (a status subresource ignores it) -> object | nil, err
 local function create_or_update(client, o)
   local resource = resource_of(o)
   local res, err = client:create(resource, o)
-  if res or err.reason ~= "AlreadyExists" then return res, err end
-  local md = o.metadata or {}
-  local cur, gerr = client:get(resource, md.name, { namespace = md.namespace })
-  if not cur then return nil, gerr end
-  md.resourceVersion = cur.metadata.resourceVersion
-  return client:update(resource, o)
+  if not res then
+    if err.reason ~= "AlreadyExists" then return nil, err end
+    local md = o.metadata or {}
+    local cur, gerr = client:get(resource, md.name, { namespace = md.namespace })
+    if not cur then return nil, gerr end
+    md.resourceVersion = cur.metadata.resourceVersion
+    res, err = client:update(resource, o)
+    if not res then return nil, err end
+  end
+  if o.status ~= nil and require("kinformer.rest").status_changed(res.status, o.status) then
+    res.status = o.status
+    return client:update_status(resource, res)
+  end
+  return res
 end
 
 --- env:apply(obj | yaml_or_json_string) -> the object as stored (the last one for a text of
 -- several documents). Through the API as env.client: a create, or an update over the current
--- resourceVersion when the object exists (it shows in the request log).
+-- resourceVersion when the object exists, then a status update when its status is not what
+-- obj says (they show in the request log).
 function Env:apply(x)
   local list = objects_of({ x }, 1, "apply")
   if #list == 0 then raise(1, "apply", "no object in the text") end
