@@ -14,6 +14,8 @@
 local type, pairs, ipairs, tostring, pcall, setmetatable, next =
   type, pairs, ipairs, tostring, pcall, setmetatable, next
 local concat, format = table.concat, string.format
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end -- LuaJIT
+local unpack = table.unpack or unpack
 
 local cjson = require "cjson"
 local core = require "kinformer.core"
@@ -195,7 +197,7 @@ function Env:list(resource, opts)
   return items
 end
 
---- env:get(resource, "ns/name" | "name") -> the object | nil
+--- env:get(resource, "ns/name" | "name") -> the object | nil ("name": a cluster-scoped object)
 function Env:get(resource, key)
   if type(key) ~= "string" then raise(2, "get", "key expected (\"ns/name\" or \"name\")") end
   local ns, name = key:match("^([^/]+)/([^/]+)$")
@@ -357,8 +359,8 @@ local function wait_for(fn, timeout, what)
   timeout = timeout or 10
   local deadline, last = now() + timeout, nil
   while true do
-    local res = table.pack(pcall(fn))
-    if res[1] and res[2] then return table.unpack(res, 2, res.n) end
+    local res = pack(pcall(fn))
+    if res[1] and res[2] then return unpack(res, 2, res.n) end
     if not res[1] then last = res[2] end
     if now() >= deadline then
       fail(format("%s: the condition did not hold within %g s%s", what, timeout,
@@ -379,7 +381,7 @@ function Env:stop()
   local deadline = now() + 5
   while alive(self.pid) and now() < deadline do sleep(0.01) end
   if alive(self.pid) then os.execute("kill -KILL " .. self.pid .. " 2>/dev/null") end
-  self._proc:close()
+  pcall(self._proc.close, self._proc) -- reaps it (already closed when the state is closing)
 end
 Env.__gc = Env.stop
 Env.__close = Env.stop
@@ -512,8 +514,8 @@ function _M.run_until(mgr, fn, timeout)
   timeout = timeout or 10
   local deadline = now() + timeout
   while true do
-    local res = table.pack(fn())
-    if res[1] then return table.unpack(res, 1, res.n) end
+    local res = pack(fn())
+    if res[1] then return unpack(res, 1, res.n) end
     local w, err = mgr:step()
     if not w then fail("run_until: the manager stopped (" .. tostring(err) .. ")") end
     if now() >= deadline then
