@@ -9,7 +9,8 @@
 --   - Events on the Widget ("ConfigMapCreated", "ConfigMapUpdated", "FileRemoved").
 -- Several replicas may run: the Lease "widget-operator" (in --lease-namespace, default the
 -- client's namespace: in a pod, its own) picks the one that reconciles. With --metrics-address
--- the manager serves /metrics, /healthz and /readyz there (examples/deploy/ probes them).
+-- the manager serves /metrics, /healthz and /readyz there (examples/deploy/ probes them). The
+-- controller itself is in widget_controller.lua (next to this file), which specs load alone.
 --
 --   lua5.4 examples/widget-operator.lua [--seconds N] [--dir DIR] [--identity ID]
 --       [--namespace NS] [--lease-namespace NS] [--metrics-address HOST:PORT]
@@ -26,7 +27,6 @@ package.cpath = dir .. "/../build/" .. (rawget(_G, "jit") and "luajit" or "lua5.
   .. package.cpath
 local kinformer = require "kinformer"
 
-local WIDGETS = "widgets.v1.example.com"
 local opts = { dir = "/tmp" }
 for i = 1, #arg, 2 do
   local name, v = (arg[i]:match("^%-%-([%w-]+)$") or ""), arg[i + 1]
@@ -51,81 +51,8 @@ local mgr = kinformer.manager{ client = client, metrics_address = opts.metrics_a
     lease_name = "widget-operator", namespace = opts.lease_namespace or client.namespace,
     identity = opts.identity, on_started_leading = function() say("leading") end } }
 
-local function file_of(w) return ("%s/%s_%s.widget"):format(opts.dir, w.metadata.namespace,
-  w.metadata.name) end
-
--- The status this reconcile wants; written only when it differs from the Widget's (a status
--- rewritten with the same content would wake every other watcher of Widgets).
-local function write_status(w, ready, reason, message)
-  local gen = w.metadata.generation
-  local old = ((w.status or {}).conditions or {})[1]
-  local since = old and old.status == ready and old.lastTransitionTime
-    or os.date("!%Y-%m-%dT%H:%M:%SZ")
-  local res, written = client:update_status_if_changed(WIDGETS, w, {
-    observedGeneration = gen,
-    conditions = { { type = "Ready", status = ready, reason = reason, message = message,
-                     observedGeneration = gen, lastTransitionTime = since } },
-  })
-  if written then say("status", kinformer.key_of(w), ready) end
-  return res, written
-end
-
-local function reconcile(req, ctx)
-  local w = ctx:get()
-  if not w then return end -- deleted: the garbage collector removes its ConfigMap
-  local spec = w.spec or {}
-  local n = tonumber(spec.replicas) or 1 -- "replicas": 2 is the integer 2 on Lua 5.4 (docs/api.md)
-  local message = tostring(spec.message or "")
-  -- "2", not "2.0", also for a double (LuaJIT) or a float (JSON 2.0 or 2e0)
-  local replicas = n == math.floor(n) and ("%d"):format(n) or tostring(n)
-  -- The file outside the cluster (rewritten only when its content differs).
-  local path = file_of(w)
-  local f = io.open(path)
-  local old = f and f:read("a")
-  if f then f:close() end
-  if old ~= message then
-    f = assert(io.open(path, "w"))
-    f:write(message)
-    f:close()
-  end
-  -- The owned ConfigMap: created or updated only when it differs (read from the cache).
-  local name = w.metadata.name .. "-config"
-  local cm, op = ctx:create_or_update("configmaps", { apiVersion = "v1", kind = "ConfigMap",
-    metadata = { name = name, namespace = req.namespace } }, function(obj)
-      obj.data = { message = message, replicas = replicas }
-      return ctx:set_controller_reference(obj) -- refuses a ConfigMap another controller owns
-    end)
-  if not cm then
-    write_status(w, "False", "ConfigMapFailed", tostring(op))
-    return nil, op -- a 409 is retried quietly with backoff
-  end
-  if op ~= "unchanged" then
-    say("configmap " .. op, req.namespace .. "/" .. name)
-    ctx:event(w, "Normal", op == "created" and "ConfigMapCreated" or "ConfigMapUpdated",
-      op .. " ConfigMap " .. name)
-  end
-  local ok, serr = write_status(w, "True", "ConfigMapReady", "ConfigMap " .. name .. " is current")
-  if not ok then return nil, serr end
-  say("reconciled", req.key)
-end
-
-mgr:controller{
-  name = "widgets", resource = WIDGETS, namespace = opts.namespace,
-  owns = { "configmaps" },
-  -- spec changes (generation) on Widgets; any change of an owned ConfigMap repairs it
-  predicates = { kinformer.predicates.generation_changed },
-  finalizer = "example.com/widget-file",
-  finalize = function(w, ctx)
-    local ok, rerr = os.remove(file_of(w))
-    if not ok and not tostring(rerr):find("No such file", 1, true) then return nil, rerr end
-    ctx:event(w, "Normal", "FileRemoved", "removed " .. file_of(w))
-    say("finalized", kinformer.key_of(w))
-  end,
-  reconcile = reconcile,
-  -- client:update_status_if_changed writes the status subresource: a call the manager cannot see
-  rbac = { { apiGroups = { "example.com" }, resources = { "widgets/status" },
-             verbs = { "update", "patch" } } },
-}
+local register = dofile(dir .. "/widget_controller.lua")
+register(mgr, { dir = opts.dir, namespace = opts.namespace, say = say })
 local reason, rerr = mgr:run{ timeout = opts.seconds }
 if not reason then io.stderr:write("widget-operator: ", tostring(rerr), "\n") os.exit(1) end
 say("stopped", reason)

@@ -75,6 +75,7 @@ build = {
     ["kinformer.metrics"] = "lua/kinformer/metrics.lua",
     ["kinformer.metrics.collectors"] = "lua/kinformer/metrics/collectors.lua",
     ["kinformer.httpserver"] = "lua/kinformer/httpserver.lua",
+    ["kinformer.testing"] = "lua/kinformer/testing.lua",
     ["kinformer.core"] = {
       sources = {
         "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/ring.c", "csrc/index.c", "csrc/store.c", "csrc/store_select.c",
@@ -101,7 +102,12 @@ build = {
       libraries = { "pthread", "curl" },
     },
   },
+  -- kinformer.testing's fake API server (Python 3, standard library only): the whole directory
+  -- goes into the rock's own directory (<tree>/lib/luarocks/rocks-<lua>/kinformer/<version>/),
+  -- where kinformer.testing finds it, and a command that runs it into the tree's bin.
+  copy_directories = { "tools/fake-apiserver" },
   install = {
-    bin = { ["kinformer-rbac"] = "bin/kinformer-rbac" },
+    bin = { ["kinformer-rbac"] = "bin/kinformer-rbac",
+            ["kinformer-fake-apiserver"] = "tools/fake-apiserver/kinformer-fake-apiserver" },
   },
 }

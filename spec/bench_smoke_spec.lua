@@ -224,3 +224,18 @@ describe("bench/manager_writes_bench.lua (smoke size)", function()
     assert.are.equal(have_node and 3 or 2, n, out)
   end)
 end)
+
+-- The controller test case benchmark (bench/testing_bench.lua) at two cases: it runs and prints
+-- its figures (no timing asserted).
+describe("bench/testing_bench.lua (smoke size)", function()
+  it("runs two controller test cases and prints the time per case and its phases", function()
+    local p = assert(io.popen(("cd %s && timeout -k 5 60 lua5.4 bench/testing_bench.lua 2 "
+      .. "2>&1; echo \"exit=$?\""):format(quote(KINFORMER_ROOT))))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal(0, tonumber(out:match("exit=(%d+)%s*$")), out)
+    assert.matches("kinformer%.testing: one controller test case, 2 cases: median [%d.]+ s "
+      .. "%(min [%d.]+, max [%d.]+%)", out)
+    assert.matches("phases %(medians%): server start with CRD and 3 objects [%d.]+ s", out)
+  end)
+end)

@@ -26,8 +26,8 @@ end
 
 -- A copy of what the rock is built from, so that luarocks' objects stay out of the checkout.
 local function copy_of_checkout(dir)
-  assert(os.execute(("mkdir -p '%s' && cd '%s' && cp -r csrc lua rockspec bin '%s'"):format(
-    dir, KINFORMER_ROOT, dir)))
+  assert(os.execute(("mkdir -p '%s/tools' && cd '%s' && cp -r csrc lua rockspec bin '%s' && "
+    .. "cp -r tools/fake-apiserver '%s/tools'"):format(dir, KINFORMER_ROOT, dir, dir)))
 end
 
 describe("rockspec/kinformer-scm-1.rockspec", function()
@@ -55,6 +55,26 @@ describe("rockspec/kinformer-scm-1.rockspec", function()
     local result = p:read("a")
     p:close()
     assert.equals(tree .. "/lib/lua/5.4/kinformer/core.so 1 a/b", result)
+
+    -- The fake API server came with it: the installed kinformer.testing starts the rock's copy
+    -- (no checkout in sight: KINFORMER_ROOT unset, run from /tmp), and bin has the command.
+    local kit = ([[
+      local testing = require "kinformer.testing"
+      local env = testing.server{ objects = { { apiVersion = "v1", kind = "ConfigMap",
+        metadata = { name = "x", namespace = "default" } } } }
+      local cm = assert(env.client:get("configmaps", "default/x"))
+      io.write(testing.server_path(), " ", cm.metadata.name)
+      env:stop()
+    ]]):gsub("\n", " ")
+    p = io.popen((cmd:gsub("lua5%.4 %-e '.-' 2>&1$", function()
+      return "env -u KINFORMER_ROOT -u KINFORMER_FAKE_APISERVER lua5.4 -e '" .. kit .. "' 2>&1"
+    end)))
+    result = p:read("a")
+    p:close()
+    assert.matches("^" .. tree:gsub("%p", "%%%0")
+      .. "/lib/luarocks/rocks%-5%.4/kinformer/scm%-1/tools/fake%-apiserver/server%.py x$", result)
+    local help = select(2, run(("'%s/bin/kinformer-fake-apiserver' --help"):format(tree)))
+    assert.matches("--exit-with-parent", help, 1, true)
   end)
 
   it("stops with LuaRocks' message naming CURL when libcurl is not where it looks", function()
