@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-from . import events, lifecycle, ssa
+from . import events, lifecycle, services, ssa
 from .objects import (ApiError, Event, Obj, Preview, already_exists, bad_request, conflict, expired, invalid,
                       normalize, not_found)
 
@@ -30,6 +30,10 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand alphabet (no vowels, no 0/1/3)
 
 SNAPSHOT_CACHE = 4  # snapshots (resource, rv) kept for paginated lists served at an old rv
+
+
+def _is_service(rt):
+    return rt.kind == "Service" and rt.group == "" and not rt.custom
 
 
 @contextlib.contextmanager
@@ -302,6 +306,8 @@ class Store:
                 d["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             if manager is not None:
                 ssa.update(rt, None, d, manager)
+            if _is_service(rt):
+                services.default(self.objects[rt], d)
             if dry_run:
                 md.pop("resourceVersion", None)
                 return Preview(d)
@@ -369,6 +375,8 @@ class Store:
                             != {k: v for k, v in old.items() if k not in skip})
             if spec_changed and "generation" in omd:
                 nmd["generation"] = omd["generation"] + 1
+            if _is_service(rt):
+                services.default(self.objects[rt], new, old)
         if manager is not None:
             ssa.update(rt, old, new, manager, subresource)
         return self._write_locked(rt, cur, new, dry_run, old)
