@@ -257,6 +257,28 @@ describe("fake API server: server-side apply", function()
     assert.equal(ip, obj.spec.clusterIP)
   end)
 
+  it("records a status apply under its subresource and stores nothing on a dry run", function()
+    apply(srv, DEPLOY .. "stat", deployment("stat", { replicas = 1 }), "spec-owner")
+    local code, obj = apply(srv, DEPLOY .. "stat/status", { apiVersion = "apps/v1",
+      kind = "Deployment", metadata = { name = "stat" }, status = { replicas = 1 } }, "status-owner")
+    assert.equal(200, code)
+    assert.equal(1, obj.status.replicas)
+    local e = entry(obj, "status-owner")
+    assert.equal("status", e.subresource)
+    assert.same({ ["f:status"] = { ["f:replicas"] = {} } }, e.fieldsV1)
+    assert.same({ ["f:spec"] = { ["f:replicas"] = {} } }, entry(obj, "spec-owner").fieldsV1)
+
+    local rv = obj.metadata.resourceVersion
+    code, obj = srv:request("PATCH", DEPLOY .. "stat?fieldManager=dry&dryRun=All",
+                            deployment("stat", { paused = true }), { ["content-type"] = APPLY })
+    assert.equal(200, code)
+    assert.truthy(entry(obj, "dry"))
+    local _, got = srv:request("GET", DEPLOY .. "stat")
+    assert.equal(rv, got.metadata.resourceVersion)
+    assert.is_nil(entry(got, "dry"))
+    assert.is_nil(got.spec.paused)
+  end)
+
   it("serves kinformer's client:apply: create, conflict as an error, force", function()
     local client = assert(kinformer.client{ server = srv.url })
     local cm = function(v)

@@ -344,6 +344,11 @@ class Store:
                 new["status"] = d["status"]
             else:
                 new.pop("status", None)
+            if manager is None:  # a server-side apply brings the managedFields it computed
+                nmd = new["metadata"] = dict(old["metadata"])
+                nmd.pop("managedFields", None)
+                if md.get("managedFields"):
+                    nmd["managedFields"] = md["managedFields"]
         else:
             new = {k: v for k, v in d.items() if k not in ("kind", "apiVersion")}
             if rt.status_subresource:
