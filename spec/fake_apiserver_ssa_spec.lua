@@ -96,6 +96,17 @@ describe("fake API server: server-side apply", function()
                 entry(got, "kubectl").fieldsV1)
   end)
 
+  it("owns an owner reference whole, and a Deployment's selector whole", function()
+    local code, obj = srv:request("POST", "/apis/apps/v1/namespaces/default/replicasets?fieldManager=kcm", {
+      apiVersion = "apps/v1", kind = "ReplicaSet",
+      metadata = { name = "owned-rs", ownerReferences = { { apiVersion = "apps/v1",
+        kind = "Deployment", name = "d", uid = "u-1", controller = true } } },
+      spec = { selector = { matchLabels = { app = "d" } } } })
+    assert.equal(201, code)
+    assert.same({ ["f:metadata"] = { ["f:ownerReferences"] = { ["."] = {}, ['k:{"uid":"u-1"}'] = {} } },
+                  ["f:spec"] = { ["f:selector"] = {} } }, entry(obj, "kcm", "Update").fieldsV1)
+  end)
+
   it("answers 409 Conflict naming the other manager and the field, unless force", function()
     apply(srv, DEPLOY .. "fight", deployment("fight", { replicas = 1 }), "other-manager")
     -- The same value is no conflict: both own the field.

@@ -39,19 +39,27 @@ LIST_KEYS = {
 }
 # Lists whose items are owned one by one by value (+listType=set).
 SET_LISTS = ("finalizers",)
+# Fields of type map[string]string in the built-in types: an Update that creates one owns the
+# map itself ('.') as well as its keys; a new struct is not marked.
+STRING_MAPS = ("labels", "annotations", "data", "binaryData", "stringData", "nodeSelector",
+               "matchLabels", "selector", "limits", "requests")
+# Atomic structs (+structType=atomic) of the built-in types: owned and replaced whole.
+# LabelSelector is one: a Deployment's spec.selector is a leaf (a Service's is a string map).
+ATOMIC_STRUCTS = ("selector", "labelSelector", "namespaceSelector")
 # Key fields that the schema defaults (a key without them is filled in first).
 _KEY_DEFAULTS = {"protocol": "TCP"}
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
 def _keys_for(kind, custom, names):
-    """-> ('map', keys) | ('set', None) | None (atomic) for the list at field-name path names
-    (list items are left out of names, e.g. ('spec', 'containers', 'ports'))."""
+    """-> ('map', keys) | ('amap', keys) | ('set', None) | None (atomic) for the list at
+    field-name path names (list items are left out of names, e.g. ('spec', 'containers',
+    'ports')). 'amap': keyed, but each item is atomic (+structType=atomic: OwnerReference)."""
     last = names[-1]
     if names == ("metadata", "finalizers"):
         return ("set", None)
     if names == ("metadata", "ownerReferences"):
-        return ("map", ("uid",))
+        return ("amap", ("uid",))
     if custom:
         return None
     if last == "ports":
@@ -98,12 +106,17 @@ class Schema:
     def list_kind(self, names):
         return _keys_for(self.kind, self.custom, names)
 
+    def atomic(self, names):
+        """Whether the map at names is an atomic struct."""
+        return (not self.custom and names and names[-1] in ATOMIC_STRUCTS
+                and not (self.kind == "Service" and names == ("spec", "selector")))
+
 
 # -- field sets ------------------------------------------------------------------------------
 
 def _walk(schema, v, path, names, out, members):
     """Add the leaves of v (and, with members, the maps and list items) below path to out."""
-    if isinstance(v, dict) and v:
+    if isinstance(v, dict) and v and not schema.atomic(names):
         if members and path:
             out.add(path)
         for k, c in v.items():
@@ -252,7 +265,7 @@ def remove_path(schema, d, path):
 def merge(schema, live, applied, names=()):
     """applied merged into live: maps field by field, keyed lists item by item (new items
     appended), sets by value, everything else replaced. null in applied sets nothing."""
-    if isinstance(applied, dict) and isinstance(live, dict):
+    if isinstance(applied, dict) and isinstance(live, dict) and not schema.atomic(names):
         out = dict(live)
         for k, v in applied.items():
             if v is None:
@@ -268,8 +281,8 @@ def merge(schema, live, applied, names=()):
                 for i, cur in enumerate(out):
                     ck = _set_key(cur) if lk[0] == "set" else _item_key(cur, lk[1])
                     if key is not None and ck == key:
-                        if lk[0] == "map":
-                            out[i] = merge(schema, cur, item, names)
+                        out[i] = (merge(schema, cur, item, names) if lk[0] == "map"
+                                  else copy.deepcopy(item))
                         break
                 else:
                     out.append(copy.deepcopy(item))
@@ -381,12 +394,14 @@ def apply(rt, live, body, manager, force=False, subresource=None):
     mine = _entry(entries, manager, "Apply", rt.api_version, subresource)
     previous = set(mine[1])
 
+    # Leaves are compared; a path with members below it (a map, a list item) is not.
+    parents = {q[:i] for q in applied for i in range(1, len(q))}
     conflicts = []
     owned_live = _strip(live, subresource, rt.status_subresource)
     for p in sorted(applied):
         want = get_path(schema, config, p)
         have = get_path(schema, owned_live, p)
-        if have is _MISSING or isinstance(want, dict) or have == want:
+        if have is _MISSING or p in parents or have == want:
             continue
         for ent in entries:
             if ent is not mine and p in ent[1]:
@@ -422,6 +437,10 @@ def _changed(schema, old, new, path=(), names=(), out=None):
     """Paths added or modified from old to new (leaves, plus maps and list items that are
     new), and separately the paths removed."""
     added, removed = out if out is not None else (set(), set())
+    if isinstance(new, dict) and schema.atomic(names):
+        if old != new:
+            added.add(path)
+        return added, removed
     if isinstance(old, dict) and isinstance(new, dict):
         for k, v in new.items():
             _changed(schema, old.get(k, _MISSING), v, path + ("f:" + k,), names + (k,),
@@ -451,18 +470,22 @@ def _changed(schema, old, new, path=(), names=(), out=None):
                             _changed(schema, {}, item, p, names, (added, removed))
                     elif lk[0] == "map":
                         _changed(schema, ko[key], item, p, names, (added, removed))
+                    elif ko[key] != item:
+                        added.add(p)
                 for key in ko:
                     if key not in kn:
                         removed.add(path + (key,))
                 return added, removed
     if old is _MISSING:
         if isinstance(new, dict):
-            if len(path) > 1:  # a new map is a member itself, but never a top-level field
+            if names[-1] in STRING_MAPS:  # a new map is a member itself (structs are not)
                 added.add(path)
             for k, v in new.items():
                 _changed(schema, _MISSING, v, path + ("f:" + k,), names + (k,), (added, removed))
             return added, removed
         if isinstance(new, list) and new and schema.list_kind(names) is not None:
+            if names[0] == "metadata":  # as kube-apiserver marks new ownerReferences
+                added.add(path)
             return _changed(schema, [], new, path, names, (added, removed))
         added.add(path)
     elif old != new:
