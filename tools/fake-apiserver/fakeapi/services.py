@@ -14,6 +14,7 @@ healthCheckNodePort are not defaulted; an address is never released for reuse.
 """
 
 import ipaddress
+import re
 
 from .objects import invalid
 
@@ -22,16 +23,20 @@ NODE_PORTS = range(30000, 32768)
 _KUBERNETES_IP = SERVICE_CIDR.network_address + 1  # the "kubernetes" Service's, never handed out
 
 
+# Read from the stored bytes, not parsed (a write scans every Service). A match inside some
+# other string can only reserve an address or port that is free: harmless.
+_IP_RE = re.compile(rb'"clusterIPs?":(?:"([^"]*)"|\[([^\]]*)\])')
+_PORT_RE = re.compile(rb'"nodePort":(\d+)')
+
+
 def _used(objects):
     ips, ports = set(), set()
     for o in objects.values():
-        spec = o.to_dict().get("spec") or {}
-        for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]:
-            if ip:
-                ips.add(ip)
-        for p in spec.get("ports") or []:
-            if isinstance(p, dict) and p.get("nodePort"):
-                ports.add(p["nodePort"])
+        raw = o.tail
+        for one, many in _IP_RE.findall(raw):
+            for ip in ([one] if one else many.split(b",")):
+                ips.add(ip.strip().strip(b'"').decode())
+        ports.update(int(p) for p in _PORT_RE.findall(raw))
     return ips, ports
 
 
