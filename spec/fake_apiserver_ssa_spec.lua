@@ -67,6 +67,18 @@ describe("fake API server: server-side apply", function()
     }, e.fieldsV1)
   end)
 
+  it("changes nothing on a repeated apply: same resourceVersion, same managedFields", function()
+    local body = deployment("again", { replicas = 2 }, { app = "again" })
+    local _, first = apply(srv, DEPLOY .. "again", body, "alice")
+    local rv = srv:resource_version()
+    require("socket").sleep(1.1) -- managedFields times have whole seconds
+    local code, second = apply(srv, DEPLOY .. "again", body, "alice")
+    assert.equal(200, code)
+    assert.equal(first.metadata.resourceVersion, second.metadata.resourceVersion)
+    assert.same(first.metadata.managedFields, second.metadata.managedFields)
+    assert.equal(rv, srv:resource_version())
+  end)
+
   it("refuses an apply without fieldManager (422, as PatchOptions validation answers)", function()
     local code, st = apply(srv, DEPLOY .. "nomanager", deployment("nomanager", { replicas = 1 }))
     assert.equal(422, code)

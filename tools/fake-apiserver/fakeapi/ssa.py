@@ -114,13 +114,11 @@ class Schema:
 
 # -- field sets ------------------------------------------------------------------------------
 
-def _walk(schema, v, path, names, out, members):
-    """Add the leaves of v (and, with members, the maps and list items) below path to out."""
+def _walk(schema, v, path, names, out):
+    """Add the leaves and the list items of v below path to out."""
     if isinstance(v, dict) and v and not schema.atomic(names):
-        if members and path:
-            out.add(path)
         for k, c in v.items():
-            _walk(schema, c, path + ("f:" + k,), names + (k,), out, members)
+            _walk(schema, c, path + ("f:" + k,), names + (k,), out)
         return
     if isinstance(v, list) and v:
         lk = schema.list_kind(names)
@@ -131,8 +129,7 @@ def _walk(schema, v, path, names, out, members):
                     break
                 out.add(path + (key,))
                 if lk[0] == "map":
-                    _walk(schema, {k: c for k, c in item.items()}, path + (key,), names, out,
-                          False)
+                    _walk(schema, item, path + (key,), names, out)
             else:
                 return
     out.add(path)
@@ -158,7 +155,7 @@ def _strip(d, subresource, status_sub):
 def field_set(schema, d):
     """The paths an applied configuration sets: its leaves and its list items."""
     out = set()
-    _walk(schema, d, (), (), out, False)
+    _walk(schema, d, (), (), out)
     out.discard(())
     return out
 
@@ -430,7 +427,25 @@ def apply(rt, live, body, manager, force=False, subresource=None):
             remove_path(schema, new, p)
     nmd = new.setdefault("metadata", {})
     _store_entries(nmd, entries)
+    if _same_but_times(live, new):
+        # A repeated apply changes nothing, not even a timestamp (kube-apiserver's
+        # IgnoreManagedFieldsTimestampsTransformer): no new resourceVersion, no event.
+        nmd["managedFields"] = live["metadata"]["managedFields"]
     return new
+
+
+def _same_but_times(old, new):
+    """Whether new differs from old at most in the time of managedFields entries."""
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    if ({k: v for k, v in old.items() if k != "metadata"}
+            != {k: v for k, v in new.items() if k != "metadata"}):
+        return False
+    if ({k: v for k, v in om.items() if k != "managedFields"}
+            != {k: v for k, v in nm.items() if k != "managedFields"}):
+        return False
+    untimed = lambda m: [{k: v for k, v in e.items() if k != "time"}
+                         for e in m.get("managedFields") or []]
+    return "managedFields" in om and untimed(om) == untimed(nm)
 
 
 def _changed(schema, old, new, path=(), names=(), out=None):
