@@ -229,7 +229,9 @@ describe("fake API server for controllers", function()
       assert.equal("json", w.status.phase)
       w = assert(client:apply("widgets.example.com",
         { apiVersion = "example.com/v1", kind = "Widget", metadata = { name = "gen" },
-          status = { phase = "applied" } }, { field_manager = "spec", subresource = "status" }))
+          status = { phase = "applied" } },
+        -- the patches above made "kinformer" (the User-Agent) own .status.phase: force takes it
+        { field_manager = "spec", subresource = "status", force = true }))
       assert.equal("applied", w.status.phase)
       assert.equal(2, w.metadata.generation)
     end)

@@ -21,13 +21,13 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import aggregated, compression, crds, lifecycle, partial, subresources, tables
+from . import aggregated, compression, crds, lifecycle, partial, ssa, subresources, tables
 from .faults import LINE_FAULTS
 from .impersonation import Authz
 from .warning_headers import Warnings
 from .generate import huge_pod
 from .objects import ApiError, Obj, bad_request, expired, invalid, too_large_rv
-from .patch import APPLY, apply_patch
+from .patch import APPLY, apply_body, apply_patch
 from .resources import dumps
 from .selection import combine, parse_field_selector, parse_label_selector
 
@@ -90,6 +90,13 @@ CONTINUE_EXPIRED = (
     "response to retrieve the remainder of the results. Continuing with the provided token "
     "results in an inconsistent list - objects that were created, modified, or deleted "
     "between the time the first chunk was returned and now may show up in the list.")
+
+
+def field_manager(x):
+    """The field manager of a write that is not an apply: the fieldManager parameter, else
+    kube-apiserver's default from the User-Agent (fakeapi/ssa.py)."""
+    return x.query.get("fieldManager") or ssa.manager_from_user_agent(
+        x.h.headers.get("User-Agent"))
 
 
 def _invalid_options(field, message, kind="Forbidden: "):
@@ -539,12 +546,13 @@ class App:
                 raise ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
             dry = dry_run(x, "Create")
-            obj = self.store.create(rt, ns, crds.admit(rt, x.json_body()), dry_run=dry)
+            obj = self.store.create(rt, ns, crds.admit(rt, x.json_body()), dry_run=dry,
+                                    manager=field_manager(x))
             crds.created(self, rt, obj, dry)
             return x.send_bytes(201, obj.full(rt))
         if m == "PUT" and name is not None:
             obj = self.store.update(rt, ns or "", name, x.json_body(), sub,
-                                    dry_run=dry_run(x, "Update"))
+                                    dry_run=dry_run(x, "Update"), manager=field_manager(x))
             return x.send_bytes(200, obj.full(rt))
         if m == "PATCH" and name is not None:
             return self.do_patch(x, rt, ns or "", name, sub)
@@ -751,14 +759,29 @@ class App:
     def do_patch(self, x, rt, ns, name, sub):
         ctype = x.h.headers.get("Content-Type") or ""
         dry = dry_run(x, "Patch")
+        if ctype.split(";")[0].strip().lower() == APPLY:
+            return self.do_apply(x, rt, ns, name, sub, dry)
+        obj = self.store.modify(rt, ns, name, lambda d: apply_patch(ctype, d, x.body), sub,
+                                dry_run=dry, manager=field_manager(x))
+        x.send_bytes(200, obj.full(rt))
+
+    def do_apply(self, x, rt, ns, name, sub, dry):
+        """Server-side apply (fakeapi/ssa.py): fieldManager required, force takes the fields
+        other managers own; creates what does not exist yet."""
+        manager = x.query.get("fieldManager")
+        if not manager:
+            raise invalid("PatchOptions", "", [("fieldManager", "Required value: is required "
+                                                "for apply patch")], "meta.k8s.io")
+        force = bool(parse_bool(x.query, "force"))
+        body = apply_body(x.body)
         try:
-            obj = self.store.modify(rt, ns, name, lambda d: apply_patch(ctype, d, x.body), sub,
+            obj = self.store.modify(rt, ns, name,
+                                    lambda d: ssa.apply(rt, d, body, manager, force, sub), sub,
                                     dry_run=dry)
         except ApiError as e:
-            if e.code != 404 or not ctype.startswith(APPLY) or sub is not None:
+            if e.code != 404 or sub is not None:
                 raise
-            # Server-side apply creates what does not exist yet.
-            d = apply_patch(ctype, {}, x.body)
+            d = ssa.apply(rt, {}, body, manager, force)
             d.setdefault("metadata", {})["name"] = name
             obj = self.store.create(rt, ns, d, dry_run=dry)
             return x.send_bytes(201, obj.full(rt))

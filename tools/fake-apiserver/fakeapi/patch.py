@@ -1,6 +1,6 @@
-"""PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and approximations of
-strategic merge patch and server-side apply (both applied as merge patches: lists are replaced,
-not merged by key, and apply does not track field ownership)."""
+"""PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and an approximation of
+strategic merge patch (applied as a merge patch: lists are replaced, not merged by key).
+Server-side apply bodies are decoded here (apply_body) and applied by fakeapi/ssa.py."""
 
 import copy
 import json
@@ -132,6 +132,18 @@ def json_patch(doc, ops):
             raise patch_failed('%s operation does not apply: doc is missing path: "%s": '
                                "missing value" % (op["op"], op.get("from", op["path"])))
     return doc
+
+
+def apply_body(body):
+    """The configuration of a server-side apply request, as a dict."""
+    try:
+        d = json.loads(body or b"null")
+    except ValueError:
+        # YAML apply bodies that are not JSON would need a YAML parser (not in the stdlib).
+        raise ApiError(415, "UnsupportedMediaType", "this server only accepts JSON patch bodies")
+    if not isinstance(d, dict):
+        raise bad_request("patch body must be a JSON object")
+    return d
 
 
 def apply_patch(content_type, current, body):

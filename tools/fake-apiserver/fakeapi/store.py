@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-from . import events, lifecycle
+from . import events, lifecycle, services, ssa
 from .objects import (ApiError, Event, Obj, Preview, already_exists, bad_request, conflict, expired, invalid,
                       normalize, not_found)
 
@@ -30,6 +30,10 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand alphabet (no vowels, no 0/1/3)
 
 SNAPSHOT_CACHE = 4  # snapshots (resource, rv) kept for paginated lists served at an old rv
+
+
+def _is_service(rt):
+    return rt.kind == "Service" and rt.group == "" and not rt.custom
 
 
 @contextlib.contextmanager
@@ -274,7 +278,11 @@ class Store:
     # dry_run (dryRun=All): every check and the answer of the real write, nothing stored, no
     # event, no new resourceVersion (KEP-576: "as close as possible to a non dry-run response").
 
-    def create(self, rt, ns, d, dry_run=False):
+    # manager: the field manager of a create/update/patch (fakeapi/ssa.py), which then owns
+    # the fields it set; None leaves managedFields as the body has them (server-side apply,
+    # which computes them itself, and the control endpoints).
+
+    def create(self, rt, ns, d, dry_run=False, manager=None):
         md = self._check_body(rt, ns, d)
         with self.lock:
             if not md.get("name") and md.get("generateName"):
@@ -296,6 +304,10 @@ class Store:
                 d.pop("status", None)  # written through /status only, as for a CRD's objects
             if rt.kind == "Pod" and "status" not in d:
                 d["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            if manager is not None:
+                ssa.update(rt, None, d, manager)
+            if _is_service(rt):
+                services.default(self.objects[rt], d)
             if dry_run:
                 md.pop("resourceVersion", None)
                 return Preview(d)
@@ -306,7 +318,7 @@ class Store:
             self._done_locked()
             return obj
 
-    def update(self, rt, ns, name, d, subresource=None, dry_run=False):
+    def update(self, rt, ns, name, d, subresource=None, dry_run=False, manager=None):
         """PUT. Optimistic concurrency on metadata.resourceVersion (stale -> 409 Conflict);
         no resourceVersion -> unconditional. A no-op update returns the object unchanged with no
         new resourceVersion and no event, as the real API server does."""
@@ -315,9 +327,9 @@ class Store:
             cur = self.objects[rt].get(ns + "/" + name if ns else name)
             if cur is None:
                 raise not_found(rt, name)
-            return self._update_locked(rt, cur, d, subresource, dry_run)
+            return self._update_locked(rt, cur, d, subresource, dry_run, manager)
 
-    def _update_locked(self, rt, cur, d, subresource, dry_run=False):
+    def _update_locked(self, rt, cur, d, subresource, dry_run=False, manager=None):
         md = d["metadata"]
         want_rv = md.get("resourceVersion")
         if want_rv not in (None, "") and str(want_rv) != str(cur.rv):
@@ -332,6 +344,11 @@ class Store:
                 new["status"] = d["status"]
             else:
                 new.pop("status", None)
+            if manager is None:  # a server-side apply brings the managedFields it computed
+                nmd = new["metadata"] = dict(old["metadata"])
+                nmd.pop("managedFields", None)
+                if md.get("managedFields"):
+                    nmd["managedFields"] = md["managedFields"]
         else:
             new = {k: v for k, v in d.items() if k not in ("kind", "apiVersion")}
             if rt.status_subresource:
@@ -363,6 +380,10 @@ class Store:
                             != {k: v for k, v in old.items() if k not in skip})
             if spec_changed and "generation" in omd:
                 nmd["generation"] = omd["generation"] + 1
+            if _is_service(rt):
+                services.default(self.objects[rt], new, old)
+        if manager is not None:
+            ssa.update(rt, old, new, manager, subresource)
         return self._write_locked(rt, cur, new, dry_run, old)
 
     def _write_locked(self, rt, cur, new, dry_run=False, old=None):
@@ -394,7 +415,7 @@ class Store:
         self._done_locked()
         return obj
 
-    def modify(self, rt, ns, name, fn, subresource=None, dry_run=False):
+    def modify(self, rt, ns, name, fn, subresource=None, dry_run=False, manager=None):
         """Read-modify-write under the lock: fn(dict) edits the object in place (PATCH, and
         the churn generator). fn sees the stored resourceVersion (a JSON patch may `test` it);
         a different one it leaves in the dict is a precondition (409 Conflict)."""
@@ -411,7 +432,7 @@ class Store:
             md["name"] = name
             if rt.namespaced:
                 md["namespace"] = ns
-            return self._update_locked(rt, cur, d, subresource, dry_run)
+            return self._update_locked(rt, cur, d, subresource, dry_run, manager)
 
     def delete(self, rt, ns, name, preconditions=None, dry_run=False, policy=None):
         with self.lock:
