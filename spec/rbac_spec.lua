@@ -229,6 +229,7 @@ describe("kinformer.rbac", function()
       assert.equal(0, rc, out)
       for _, want in ipairs{ "customresourcedefinition.apiextensions.k8s.io/widgets.example.com created",
           "namespace/widget-system created", "deployment.apps/widget-operator created",
+          "serviceaccount/widget-operator created",
           "clusterrole.rbac.authorization.k8s.io/widget-operator created",
           "clusterrolebinding.rbac.authorization.k8s.io/widget-operator created",
           "role.rbac.authorization.k8s.io/widget-operator created",

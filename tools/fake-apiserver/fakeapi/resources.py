@@ -120,6 +120,7 @@ def builtin_types():
           categories=["all"]),
         T("", "v1", "configmaps", "ConfigMap", short_names=["cm"]),
         T("", "v1", "secrets", "Secret"),
+        T("", "v1", "serviceaccounts", "ServiceAccount", short_names=["sa"]),
         T("", "v1", "namespaces", "Namespace", namespaced=False, short_names=["ns"],
           status_subresource=True),
         T("", "v1", "nodes", "Node", namespaced=False, short_names=["no"],
