@@ -37,7 +37,8 @@ local measure = require "bench.support.measure"
 local proc_cpu, peak_rss_mb, emit = measure.proc_cpu, measure.peak_rss_mb, measure.emit
 
 local NS = "ns-0"
-local ANNOTATION = "bench.kinformer.io/data-bytes"
+local writer = require "bench.support.writer"
+local ANNOTATION = writer.DATA_BYTES
 
 -- The kinformer controller, in this process: prints one line of key=value pairs.
 local function child(url, server_pid, n, objects)
@@ -48,30 +49,22 @@ local function child(url, server_pid, n, objects)
   local mgr = kinformer.manager{ client = client }
   local written, distinct, writes, failures, first_err = {}, 0, 0, 0, nil
   local t1
-  local function reconcile(req, ctx)
-    local cm = ctx:get()
-    if not cm then return end
-    local bytes = 0
-    for _, v in pairs(cm.data or {}) do bytes = bytes + #v end
-    local ann = cm.metadata.annotations
-    if ann and ann[ANNOTATION] == tostring(bytes) then return end -- written: nothing to do
-    local res, err = ctx.client:patch("configmaps", req.key,
-      { metadata = { annotations = { [ANNOTATION] = tostring(bytes) } } })
-    if not res then
+  local reconcile = writer.reconcile{ annotation = ANNOTATION, value = writer.data_bytes,
+    on_write = function(req)
+      writes = writes + 1
+      if not written[req.key] then
+        written[req.key] = true
+        distinct = distinct + 1
+        if distinct == objects then
+          t1 = core.now()
+          mgr:stop()
+        end
+      end
+    end,
+    on_fail = function(_, err)
       failures = failures + 1
       first_err = first_err or tostring(err)
-      return nil, err
-    end
-    writes = writes + 1
-    if not written[req.key] then
-      written[req.key] = true
-      distinct = distinct + 1
-      if distinct == objects then
-        t1 = core.now()
-        ctx.manager:stop()
-      end
-    end
-  end
+    end }
   local spec = { name = "writer", resource = "configmaps", namespace = NS,
                  reconcile = reconcile, max_concurrent_reconciles = n }
   local ok, err = pcall(mgr.controller, mgr, spec)
