@@ -396,8 +396,9 @@ if #scaling > 0 then
     local rate = median(collect(row.runs, one("rate")))
     if row.n == 1 then base[row.stall] = rate end
     local vs = base[row.stall] and ("%.2fx"):format(rate / base[row.stall]) or "-"
-    print(("| %g ms | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |"):format(row.stall * 1000,
-      row.n, int(row.n * CONC / row.stall), spread(collect(row.runs, one("rate")), int), vs,
+    print(("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |"):format(
+      row.stall > 0 and ("%g ms"):format(row.stall * 1000) or "none",
+      row.n, row.stall > 0 and int(row.n * CONC / row.stall) or "-", spread(collect(row.runs, one("rate")), int), vs,
       spread(collect(row.runs, one("server_cores")), f2),
       spread(collect(row.runs, one("replica_cores")), f2),
       spread(collect(row.runs, one("server_us")), int),
