@@ -261,22 +261,26 @@ local function failover_run(stall, objects)
     local body = primaries_body(srv, objects)
     rs = start_replicas(srv, 3, "failover", FAILOVER_LEASE)
     local ring = core.ring{ "r0", "r1", "r2" }
+    local first_by, distinct = {}, 0 -- name -> who wrote it first
     local victim_keys, n_victim = {}, 0
-    local members = {} -- id -> { {size, t}, ... }
-    local written = {} -- name -> { {id, t, value}, ... }
-    local distinct = 0
+    -- after the kill: the keys rewritten by a survivor (with a touched-at value), and when
+    local t_kill, rewritten, pending = nil, {}, objects
+    local moved_first, moved_last, own_last, shrunk = math.huge, 0, 0, {}
     local function on_line(r, line)
       local what, a, b, c = line:match("^(%S+) (%S+) (%S+) ?(%S*)")
       if what == "w" then
-        local list = written[a]
-        if not list then
-          list = {}
-          written[a], distinct = list, distinct + 1
+        if not first_by[a] then first_by[a], distinct = r.id, distinct + 1 end
+        local t = tonumber(b)
+        if t_kill and t > t_kill and c ~= "0" and r.id ~= VICTIM and not rewritten[a] then
+          rewritten[a], pending = true, pending - 1
+          if victim_keys[a] then
+            moved_first, moved_last = math.min(moved_first, t), math.max(moved_last, t)
+          else
+            own_last = math.max(own_last, t)
+          end
         end
-        list[#list + 1] = { id = r.id, t = tonumber(b), value = c }
-      elseif what == "members" then
-        members[r.id] = members[r.id] or {}
-        table.insert(members[r.id], { size = tonumber(a), t = tonumber(b) })
+      elseif what == "members" and t_kill and tonumber(a) == 2 and tonumber(b) > t_kill then
+        shrunk[r.id] = shrunk[r.id] or tonumber(b)
       end
     end
     wait_ready(rs, on_line, 60)
@@ -287,17 +291,17 @@ local function failover_run(stall, objects)
       read_new(rs, on_line)
       if now() > deadline then error("the primaries were not written in time\n" .. tails(rs), 0) end
     end
-    for name, list in pairs(written) do
+    for name, who in pairs(first_by) do
       if ring:owner(NS .. "/" .. name) == VICTIM then
         victim_keys[name], n_victim = true, n_victim + 1
-        assert(list[1].id == VICTIM, name .. " first written by " .. list[1].id)
+        assert(who == VICTIM, name .. " first written by " .. who)
       end
     end
     sleep(1) -- the group at rest: Leases renewed, the writes' events delivered
     read_new(rs, on_line)
     local victim = rs[2]
     assert(victim.id == VICTIM)
-    local t_kill = now()
+    t_kill = now()
     victim.child:signal("KILL")
     srv:control("POST", "/_fake/modify", { resource = "configmaps", namespace = NS,
                                            count = objects })
@@ -305,37 +309,16 @@ local function failover_run(stall, objects)
     -- until both others run a ring of 2 and every key carries its touched-at value, written by
     -- a survivor
     deadline = now() + FAILOVER_LEASE[1] + FAILOVER_LEASE[4] + objects * stall / CONC + 60
-    local function shrunk(id)
-      for _, m in ipairs(members[id] or {}) do
-        if m.t > t_kill and m.size == 2 then return m.t end
-      end
-    end
-    local moved_first, moved_last, own_last, done
     repeat
       sleep(0.05)
       read_new(rs, on_line)
-      moved_first, moved_last, own_last, done = math.huge, 0, 0, true
-      for name, list in pairs(written) do
-        local t
-        for _, w in ipairs(list) do
-          if w.t > t_kill and w.value ~= "0" and w.id ~= VICTIM then t = w.t end
-        end
-        if not t then
-          done = false
-        elseif victim_keys[name] then
-          moved_first, moved_last = math.min(moved_first, t), math.max(moved_last, t)
-        else
-          own_last = math.max(own_last, t)
-        end
-      end
-      done = done and shrunk("r0") and shrunk("r2")
-      if not done and now() > deadline then
+      if now() > deadline then
         error("the dead replica's keys did not move in time\n" .. tails(rs), 0)
       end
-    until done
+    until pending == 0 and shrunk.r0 and shrunk.r2
     check_written(srv, objects, writer.TOUCHED, writer.touched)
     return { victim_keys = n_victim, touched = t_touched,
-             ring = math.max(shrunk("r0"), shrunk("r2")) - t_kill,
+             ring = math.max(shrunk.r0, shrunk.r2) - t_kill,
              first = moved_first - t_kill, last = moved_last - t_kill, own = own_last - t_kill }
   end)
   if rs then stop_replicas(rs) end
