@@ -36,7 +36,7 @@ bench-manager-peer: lua54 bench-manager-peer-deps
 # bench-manager-shards: bench/manager_shards_bench.lua, a sharded manager (kinformer.manager{
 # sharding = ... }): the API-bound controller on 1, 2 and 4 replica processes of one group,
 # 10,000 ConfigMaps, every PATCH stalled 5 ms and 20 ms; a SIGKILLed replica's keys moving
-# (3 replicas, 1,000 and 10,000 ConfigMaps). About 8 minutes.
+# (3 replicas, 1,000 and 10,000 ConfigMaps). About 9 minutes.
 #   make bench-manager-shards BENCH_MANAGER_SHARDS_ARGS='--runs=1 --stalls=0.005'
 #   make bench-manager-shards BENCH_MANAGER_SHARDS_ARGS='--only=failover --failover-lease=15,10,2,2'
 BENCH_MANAGER_SHARDS_ARGS ?=
