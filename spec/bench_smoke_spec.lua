@@ -237,5 +237,34 @@ describe("bench/testing_bench.lua (smoke size)", function()
     assert.matches("kinformer%.testing: one controller test case, 2 cases: median [%d.]+ s "
       .. "%(min [%d.]+, max [%d.]+%)", out)
     assert.matches("phases %(medians%): server start with CRD and 3 objects [%d.]+ s", out)
+    end)
+  end)
+
+-- The sharded manager's benchmark (bench/manager_shards_bench.lua, `make bench-manager-shards`)
+-- at a tiny size: 1 and 2 replicas, one failover run; both tables, and the servers it started
+-- are gone.
+describe("bench/manager_shards_bench.lua (smoke size)", function()
+  it("runs 1 and 2 replicas and a failover at 60 ConfigMaps and prints its tables", function()
+    local cmd = ("cd %s && timeout -k 5 90 lua5.4 bench/manager_shards_bench.lua --objects=60 "
+      .. "--stalls=0.005 --replicas=1,2 --runs=1 --failover-objects=60 --failover-runs=1 --quiet "
+      .. "2>&1; echo \"exit=$?\""):format(quote(KINFORMER_ROOT))
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    p:close()
+    assert.are.equal(0, tonumber(out:match("exit=(%d+)%s*$")), out)
+    assert.matches("\n| 5 ms | 1 | 800 | [%d,]+ | 1%.00x |", out)
+    assert.matches("\n| 5 ms | 2 | 1,600 | [%d,]+ | [%d.]+x |", out)
+    -- the dead replica's keys, the ring of 2, its keys written (seconds), the target
+    assert.matches("\n| 60 | %d+ | [%d.]+ | [%d.]+ | [%d.]+ | [%d.]+ | [%d.]+ | 5 |", out)
+    local pids = out:match("fake API servers started and stopped: ([%d ]+)")
+    assert.truthy(pids, out)
+    local n = 0
+    for pid in pids:gmatch("%d+") do
+      n = n + 1
+      local deadline = os.time() + 5
+      while alive(pid) and os.time() < deadline do os.execute("sleep 0.1") end
+      assert.is_false(alive(pid), "server " .. pid .. " still running")
+    end
+    assert.are.equal(3, n, out)
   end)
 end)

@@ -560,6 +560,11 @@ function Manager:_step()
     if changed then
       for _, name in ipairs(self._order) do self.controllers[name]:unpark() end
     end
+    if self._shard.renew_wanted then -- an acknowledgement to publish: no wait for the period
+      self._shard.renew_wanted = false
+      self._elector_due = 0
+      due = 0
+    end
     release_expired(self)
     due = math_min(due, sdue)
   end
