@@ -63,6 +63,7 @@ build = {
     ["kinformer.leaderelection"] = "lua/kinformer/leaderelection.lua",
     ["kinformer.manager"] = "lua/kinformer/manager.lua",
     ["kinformer.controller"] = "lua/kinformer/controller.lua",
+    ["kinformer.context"] = "lua/kinformer/context.lua",
     ["kinformer.predicates"] = "lua/kinformer/predicates.lua",
     ["kinformer.events"] = "lua/kinformer/events.lua",
     ["kinformer.objects"] = "lua/kinformer/objects.lua",

@@ -70,8 +70,6 @@ _M.Manager = Manager
 
 local KNOWN = { client = true, leader_election = true, metrics_address = true,
   grace_period = true, events = true, log_level = true, sharding = true, rbac = true }
-local SHARD_KNOWN = { group = true, namespace = true, identity = true, lease_duration = true,
-  renew_deadline = true, retry_period = true, margin = true }
 local LE_KNOWN = { lease_name = true, namespace = true, identity = true, lease_duration = true,
   renew_deadline = true, retry_period = true, on_started_leading = true,
   on_stopped_leading = true, on_new_leader = true, release_on_cancel = true }
@@ -106,7 +104,7 @@ local function setup_metrics(self, address)
   return true
 end
 
-local writes_allowed, release_expired -- (defined with the tasks below)
+local writes_allowed -- (defined with the tasks below)
 local LEVELS = { debug = true, info = true, warn = true, error = true }
 
 --- kinformer.manager{ client = client, leader_election = { lease_name =, namespace =, identity =,
@@ -136,7 +134,7 @@ function _M.new(opts)
     _synced = false, _started = false, _stopping = false, _stopped = false, _rr = 1,
     _sched = task.scheduler(client._core), _reconciles = {}, -- task -> { c, key, t0 }
     _ryow = ryow.new(client), -- the reconciles' own writes (read-your-own-writes)
-    _leading = false, fenced = 0, _releasing = {},
+    _leading = false, fenced = 0,
     _rbac = rbac.check(opts.rbac, F), -- rules declared for mgr:rbac
   }, Manager)
   self._guard = writes_allowed(self)
@@ -165,28 +163,8 @@ function _M.new(opts)
   if sh ~= nil then
     if type(sh) ~= "table" then raise(1, F, "option 'sharding' must be a table") end
     if le ~= nil then raise(1, F, "options 'sharding' and 'leader_election' exclude each other") end
-    argcheck.options(sh, SHARD_KNOWN, F)
-    if type(sh.group) ~= "string" or not sh.group:match("^[a-z0-9][a-z0-9%-]*$")
-        or sh.group:match("%-$") or #sh.group > 63 then
-      raise(1, F, "sharding.group must be a DNS label (lowercase letters, digits, '-')")
-    end
-    local ns = sh.namespace or client.namespace or "default"
-    local identity = sh.identity or leaderelection.default_identity()
-    if type(identity) ~= "string" or identity == "" or identity:find(",", 1, true) then
-      raise(1, F, "sharding.identity must be a non-empty string without ','")
-    end
-    local margin = argcheck.number(sh, "margin", F, 2, 0)
-    local shard
-    self._elector = leaderelection.new{ client = client, namespace = ns, identity = identity,
-      lease_name = sharding.lease_name(sh.group, identity),
-      lease_duration = sh.lease_duration, renew_deadline = sh.renew_deadline,
-      retry_period = sh.retry_period, clock = function() return clock.now() end,
-      labels = { [sharding.GROUP_LABEL] = sh.group },
-      annotations = function() return shard:annotations() end }
-    self._shard_opts = { group = sh.group, namespace = ns, identity = identity, margin = margin }
-    shard = sharding.new{ group = sh.group, namespace = ns, identity = identity, margin = margin,
-                          elector = self._elector }
-    self._shard = shard
+    self._shard = sharding.from_options(sh, client, F)
+    self._elector = self._shard.elector
   end
   local ok, err = setup_metrics(self, address)
   if not ok then argcheck.fail("manager: metrics server: " .. tostring(err)) end
@@ -462,36 +440,6 @@ local function flush_events(self)
   if t then self._events_task = t end
 end
 
-local LEASES = { group = "coordination.k8s.io", version = "v1", resource = "leases",
-                 namespaced = true }
-
--- Releases the Leases of members silent past their duration + margin (kinformer.sharding),
--- each with the resourceVersion seen: a member that renewed meanwhile keeps it (409).
-function release_expired(self)
-  local sh = self._shard
-  local releasing = self._releasing
-  for _, lease in ipairs(sh.expiring) do
-    local name = lease.metadata.name
-    if not releasing[name] then
-      releasing[name] = true
-      local copy = core.to_table(lease)
-      copy.spec.holderIdentity = ""
-      copy.metadata.annotations = copy.metadata.annotations or {}
-      copy.metadata.annotations[sharding.RING_ANNOTATION] = ""
-      local who = tostring(lease.spec.holderIdentity)
-      self._sched:spawn(function()
-        return self.client:update(LEASES, copy, { namespace = sh.namespace, timeout = 5 })
-      end, { name = "release " .. name, guard = self._guard, on_done = function(ok, res, t)
-        releasing[name] = nil
-        if ok and res then
-          log("info", "shard member " .. who .. " silent past its lease: its Lease released, " ..
-            "its keys move")
-        end
-      end })
-    end
-  end
-end
-
 -- Leadership changes seen by the loop (the elector's callbacks run inside its task).
 local function follow_leadership(self)
   local leading = self:is_leader()
@@ -565,7 +513,7 @@ function Manager:_step()
       self._elector_due = 0
       due = 0
     end
-    release_expired(self)
+    self._shard:release_expired(self._sched, self.client, self._guard)
     due = math_min(due, sdue)
   end
   if leading and el then

@@ -31,6 +31,9 @@
 --   true when the decision of some key may have changed (the manager then looks at its parked
 --   keys again) and the seconds until it must be called again.
 local core = require "kinformer.core"
+local argcheck = require "kinformer.argcheck"
+local clock = require "kinformer.clock"
+local leaderelection = require "kinformer.leaderelection"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable = type, pairs, ipairs, tostring,
   tonumber, setmetatable
@@ -78,10 +81,72 @@ function _M.new(o)
     published = false, -- its acknowledgement is in its own cache of the Leases
     observed = {}, -- lease name -> { rv =, at = }
     expiring = {}, -- Leases of members silent past their duration + margin (to release)
+    releasing = {}, -- lease name -> true while a release is in flight
     others = {}, -- identity -> its acknowledgement "N:ring" (live members but this one)
     other_rings = {}, -- identity -> the ring it acknowledged
     generation = 0, handovers = 0, members = {},
   }, Shard)
+end
+
+local KNOWN = { group = true, namespace = true, identity = true, lease_duration = true,
+  renew_deadline = true, retry_period = true, margin = true }
+
+--- sharding.from_options(sh, client, fname) -> shard with its elector (shard.elector): a
+-- manager's `sharding` option, checked (wrong ones raise as fname's argument #1). Its store
+-- (the group's Leases) is set by the manager, which runs that informer.
+function _M.from_options(sh, client, fname)
+  local raise = argcheck.raise
+  argcheck.options(sh, KNOWN, fname)
+  if type(sh.group) ~= "string" or not sh.group:match("^[a-z0-9][a-z0-9%-]*$")
+      or sh.group:match("%-$") or #sh.group > 63 then
+    raise(1, fname, "sharding.group must be a DNS label (lowercase letters, digits, '-')")
+  end
+  local ns = sh.namespace or client.namespace or "default"
+  local identity = sh.identity or leaderelection.default_identity()
+  if type(identity) ~= "string" or identity == "" or identity:find(",", 1, true) then
+    raise(1, fname, "sharding.identity must be a non-empty string without ','")
+  end
+  local margin = argcheck.number(sh, "margin", fname, 2, 0)
+  local shard
+  local elector = leaderelection.new{ client = client, namespace = ns, identity = identity,
+    lease_name = lease_name(sh.group, identity),
+    lease_duration = sh.lease_duration, renew_deadline = sh.renew_deadline,
+    retry_period = sh.retry_period, clock = function() return clock.now() end,
+    labels = { [GROUP_LABEL] = sh.group },
+    annotations = function() return shard:annotations() end }
+  shard = _M.new{ group = sh.group, namespace = ns, identity = identity, margin = margin,
+                  elector = elector }
+  return shard
+end
+
+local LEASES = { group = "coordination.k8s.io", version = "v1", resource = "leases",
+                 namespaced = true }
+
+--- shard:release_expired(sched, client, guard): one task per expiring member's Lease (at a
+-- time) that releases it (holderIdentity "") with the resourceVersion seen: a member that
+-- renewed meanwhile keeps it (409).
+function Shard:release_expired(sched, client, guard)
+  local releasing = self.releasing
+  for _, lease in ipairs(self.expiring) do
+    local name = lease.metadata.name
+    if not releasing[name] then
+      releasing[name] = true
+      local copy = core.to_table(lease)
+      copy.spec.holderIdentity = ""
+      copy.metadata.annotations = copy.metadata.annotations or {}
+      copy.metadata.annotations[RING_ANNOTATION] = ""
+      local who = tostring(lease.spec.holderIdentity)
+      sched:spawn(function()
+        return client:update(LEASES, copy, { namespace = self.namespace, timeout = 5 })
+      end, { name = "release " .. name, guard = guard, on_done = function(ok, res)
+        releasing[name] = nil
+        if ok and res then
+          core.log("info", "manager: shard member " .. who .. " silent past its lease: its " ..
+            "Lease released, its keys move")
+        end
+      end })
+    end
+  end
 end
 
 --- shard:annotations() -> the annotations the elector writes on this replica's Lease
