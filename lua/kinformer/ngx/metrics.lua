@@ -15,6 +15,9 @@ local label_value, format_value = metrics.escape_label_value, metrics.format_val
 
 local _M = {}
 
+-- Renderers of what other parts put in a status (status.extras): fn(out, status) appends lines.
+_M.extras = {}
+
 -- Status samples are rounded to 6 significant digits (ages and durations of a status sample
 -- that is itself some milliseconds old).
 local function num(v)
@@ -99,6 +102,7 @@ function _M.text(status)
           label_value(p.process))
       end)
   end
+  for _, render in ipairs(_M.extras) do render(out, status) end
   out[#out + 1] = ""
   return table_concat(out, "\n")
 end

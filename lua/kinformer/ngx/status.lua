@@ -22,6 +22,10 @@ local process_name = nprocess.name
 
 local _M = {}
 
+-- Other parts of kinformer.ngx that report in kngx.status(): { name =, collect = fn() -> value },
+-- whose value collect() puts under status[name] (the balancer's samples, say).
+_M.extras = {}
+
 --- status.set_synced_flag(value): in the agent model, tells the workers whether the process
 -- running the informers synced (the shared model keeps a flag per segment: ngx/shared.lua).
 function _M.set_synced_flag(value)
@@ -134,6 +138,7 @@ function _M.collect()
     own.age = 0
     out.processes[#out.processes + 1] = own
   end
+  for _, x in ipairs(_M.extras) do out[x.name] = x.collect() end
   return out
 end
 
