@@ -160,7 +160,7 @@ local function new_policy(name, o)
   if not ALGORITHMS[algorithm] then
     raise(3, fname, "option 'algorithm' must be \"round_robin\", \"ewma\", \"chash\" or \"sticky\"")
   end
-  local p = { name = name, algorithm = algorithm, targets = {}, ntargets = 0 }
+  local p = { name = name, algorithm = algorithm, targets = {} }
   if o.address_type ~= nil and o.address_type ~= "IPv4" and o.address_type ~= "IPv6" then
     raise(3, fname, "option 'address_type' must be \"IPv4\" or \"IPv6\"")
   end
@@ -205,7 +205,7 @@ end
 
 -- ---- targets ----
 
-local TARGETS_MAX = 10000 -- per policy: targets may come from request data
+local TARGETS_MAX = 10000 -- targets of all policies together, in one worker
 
 -- "ns/name:port" -> service key, port spec (string, number or nil); nil when malformed.
 local function parse_target(target)
@@ -220,13 +220,22 @@ local function parse_target(target)
   return svc, port
 end
 
-local function new_target(p, target)
-  if p.ntargets >= TARGETS_MAX then
+-- Every target of every policy goes, and the Services they kept: targets can come from request
+-- data (a variable), so their number is bounded.
+local ntargets = 0
+local function forget_targets()
+  for _, p in pairs(policies) do
     for _, old in pairs(p.targets) do
       for i = 1, old.n do release(old.ep[i]) end
     end
-    p.targets, p.ntargets = {}, 0
+    p.targets = {}
   end
+  ntargets = 0
+  services.forget()
+end
+
+local function new_target(p, target)
+  if ntargets >= TARGETS_MAX then forget_targets() end
   local t = { target = target, policy = p, version = -1, n = 0, rr = 0,
               host = {}, port = {}, ep = {}, reason = nil }
   if type(target) ~= "string" or target == "" then
@@ -242,7 +251,7 @@ local function new_target(p, target)
   end
   if type(target) == "string" then
     p.targets[target] = t
-    p.ntargets = p.ntargets + 1
+    ntargets = ntargets + 1
   end
   return t
 end

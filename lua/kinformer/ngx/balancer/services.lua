@@ -23,9 +23,8 @@ local _M = {}
 
 local VERSION_KEY = "#version" -- in the agent model's dict: bumped after every publication
 local PUBLISH_MAX = 200        -- Services a worker recomputes per after_dispatch call
-local KEEP_MAX = 10000         -- Services kept per process (targets may come from requests)
 
-local svcs, nsvcs = {}, 0      -- key -> svc
+local svcs = {}                -- key -> svc
 local dirty = {}               -- keys whose slices changed (processes with the handlers)
 local slice_service = {}       -- slice key -> its Service key (processes with the handlers)
 local compute = nil            -- fn(key) -> summary | nil, from this process's store
@@ -104,18 +103,16 @@ end
 function _M.get(key)
   local svc = svcs[key]
   if svc then return svc end
-  if nsvcs >= KEEP_MAX then _M.forget() end
   svc = { key = key, version = 0, summary = nil }
   load(svc)
   svcs[key] = svc
-  nsvcs = nsvcs + 1
   return svc
 end
 
---- services.forget(): drops every kept Service (they are computed again when asked for).
+--- services.forget(): drops every kept Service (they are computed again when asked for); the
+-- caller drops what holds them (the balancer's targets, which it bounds).
 function _M.forget()
   for k in pairs(svcs) do svcs[k] = nil end
-  nsvcs = 0
 end
 
 --- services.after_dispatch() -> true when marked Services are left for the next call
