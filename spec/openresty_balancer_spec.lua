@@ -71,6 +71,7 @@ describe("kinformer.ngx.balancer", function()
       slice("rr-q", "rr", Q, { { B2, true }, { B3, true }, { B4, true } }),
       slice("rr-p", "rr", P, { { B5, false } }),
       slice("slow-a", "slow", P, { { B2, true }, { B3, true }, { B5, true } }),
+      slice("lazy-a", "lazy", P, { { B5, true } }), -- the slow backend alone
       slice("web-a", "web", P, { { B2, true }, { B3, true }, { B4, true } }),
       slice("mv-a", "mv", P, { { B2, true }, { B3, true }, { B4, true } }),
       -- term: no ready endpoint; B2 serving and terminating, B3 terminating only, B4 neither
@@ -243,6 +244,38 @@ describe("kinformer.ngx.balancer", function()
         assert.is_true(fast >= 100, cjson.encode(n))
         -- round robin would give each a third; the slow one (50 ms) gets a small fraction
         assert.is_true(n[id(B5, P)] * 4 < fast, "slow endpoint not avoided: " .. cjson.encode(n))
+      end)
+
+      it("counts no failure against an endpoint when the client goes away first", function()
+        -- requests to the slow endpoint whose clients close at once: nginx ends them (499)
+        -- while the endpoint is still answering. (The ewma case's wrk left some behind too.)
+        local slow = id(B5, P)
+        local size = be:log_size(slow)
+        for _ = 1, 40 do -- on new connections: reuseport spreads them over the workers
+          local c = assert(env.connect(lb.port))
+          c.sock:send("GET / HTTP/1.1\r\nHost: lazy\r\n\r\n")
+          c:close()
+        end
+        wait_for(function() local n = #be:log_times(slow, size) return n >= 10, n end, 5,
+          "the requests at the slow endpoint") -- (some end before the balancer connects)
+        local t = now()
+        local st = wait_for(function() -- every worker's sample from after the requests
+          local st = balancer_status()
+          for w = 0, WORKERS - 1 do
+            local p = st["worker-" .. w]
+            if not (p and p.time > t) then return false, st end
+          end
+          return true, st
+        end, 5, "a fresh sample of every worker")
+        local aborted = 0
+        for w = 0, WORKERS - 1 do
+          local e = st["worker-" .. w].endpoints[slow]
+          if e then
+            aborted = aborted + e.requests
+            assert.same({ 0, 0, false }, { e.failures, e.skips, e.skipped }, "worker-" .. w)
+          end
+        end
+        assert.is_true(aborted >= 10)
       end)
 
       local chash_reqs = {}
