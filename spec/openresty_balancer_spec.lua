@@ -7,7 +7,8 @@
 --
 --   lua5.4 /usr/bin/busted --helper=spec/helper.lua spec/openresty_balancer_spec.lua
 --   KINFORMER_SPEC_VERBOSE=1 prints timings (convergence, churn's latest request after a removal);
---   KINFORMER_KEEP_NGINX=1 keeps the nginx prefixes (logs) for a look after a failure.
+--   KINFORMER_KEEP_NGINX=1 keeps the nginx prefixes (logs) for a look after a failure;
+--   KINFORMER_SPEC_MODELS="worker agent" runs only those models.
 --
 -- Backends (each answers "<address>:<port>" and logs "$msec" per request to a log of its own):
 -- port P on .2, .3, .4 (fast), .5 (slow: answers after 50 ms), .6 (reset: closes without an
