@@ -464,7 +464,11 @@ function _M.log()
   local rtt = tonumber(ht)
   if rtt == nil and ht then rtt = tonumber(string_match(ht, "([%d.]+)$")) end
   if rtt == nil then
-    record_failure(e) -- no response header from the last try
+    -- no response header from the last try: a failure when nginx gave up on it (502, 504),
+    -- not when the client went away first (499)
+    local us = ngx_var.upstream_status
+    local last = us and string_match(us, "(%d+)$")
+    if last == "502" or last == "504" then record_failure(e) end
     return
   end
   ewma_observe(e, rtt)
