@@ -250,6 +250,10 @@ end
 
 local function rebuild(t)
   local svc = t.svc
+  if svc.forgotten then -- dropped by services.forget(): no longer updated
+    svc = services.get(svc.key)
+    t.svc = svc
+  end
   local p = t.policy
   t.version = svc.version
   local sel = svc.summary and endpoints.select(svc.summary, t.spec, p.family)

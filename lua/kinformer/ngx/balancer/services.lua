@@ -112,9 +112,15 @@ function _M.get(key)
   return svc
 end
 
---- services.forget(): drops every kept Service (they are computed again when asked for).
+--- services.forget(): drops every kept Service (they are computed again when asked for). A
+-- dropped svc is marked `forgotten` and its version moves, so whoever holds it notices and gets
+-- the key again (nothing updates a dropped svc).
 function _M.forget()
-  for k in pairs(svcs) do svcs[k] = nil end
+  for k, svc in pairs(svcs) do
+    svc.forgotten = true
+    svc.version = svc.version + 1
+    svcs[k] = nil
+  end
   nsvcs = 0
 end
 
