@@ -1,6 +1,6 @@
 -- OpenResty routing benchmark. Part 1: wrk against examples/openresty (routing by Host with
--- kinformer.ngx.balancer over EndpointSlices, in two models) and against a static `upstream` block of the same three
--- backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
+-- kinformer.ngx.balancer over EndpointSlices, in two models) and against a static `upstream`
+-- block of the same three backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
 -- bigger cluster: watches on the API server, memory, sync time, CPU per watch event, and how
 -- long a readiness change takes to reach every worker.
 --
