@@ -1,6 +1,6 @@
--- OpenResty routing benchmark. Part 1: wrk against examples/openresty (the Host router
--- over EndpointSlices, in both models) and against a static `upstream` block of the same three
--- backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
+-- OpenResty routing benchmark. Part 1: wrk against examples/openresty (routing by Host with
+-- kinformer.ngx.balancer over EndpointSlices, in two models) and against a static `upstream`
+-- block of the same three backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
 -- bigger cluster: watches on the API server, memory, sync time, CPU per watch event, and how
 -- long a readiness change takes to reach every worker.
 --
@@ -246,14 +246,14 @@ for _, model in ipairs{ "worker", "agent" } do
     KINFORMER_SERVER = srv.url, KINFORMER_MODEL = model } }
   local st = wait_synced(r.port, nproc, objects)
   res.sync = now() - t1
-  sleep(1.5) -- let the routes view and RSS settle
+  sleep(1.5) -- let the balancer's view (agent model) and RSS settle
   res.watches = watches()
   local rss = rss_of(r)
   res.rss = {}
   for i = 1, #rss do res.rss[i] = (rss[i] - base_rss[i]) / 1024 end
   st = status(r.port)
   for _, p in ipairs(st.processes) do
-    local v = p.views and p.views.routes
+    local v = p.views and p.views["kinformer.endpoints"]
     if v and v.capacity then res.shm = (v.capacity - v.free_space) / 1e6 end
     res.keys = v and v.keys
   end

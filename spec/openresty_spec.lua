@@ -1,9 +1,11 @@
--- kinformer inside nginx: examples/openresty (the Host router over EndpointSlices) end to end.
+-- kinformer inside nginx: examples/openresty (routing by Host with kinformer.ngx.balancer over
+-- EndpointSlices) end to end.
 --
 -- The fake API server (sample cluster plus the slices below), three tiny backends on
 -- 127.0.0.2-4 (one port, one nginx) and the example's nginx with 2 workers, all on loopback in
 -- temporary prefixes, all stopped at the end, pass or fail. Each `it` starts from the baseline
--- slices and the blocks run in order (one nginx per model).
+-- slices and the blocks run in order (one nginx per model). The models name the port three
+-- ways (KINFORMER_PORT_NAME): shared not at all (the only port), worker by number, agent by name.
 --
 --   make test-openresty     (or: lua5.4 /usr/bin/busted --helper=spec/helper.lua spec/openresty_spec.lua)
 --   KINFORMER_SPEC_VERBOSE=1 prints how long each change took to reach every worker;
@@ -64,9 +66,14 @@ local function keys(s)
   return table.concat(out, ",")
 end
 
+-- The answer of unavailable(): code, reason header, body.
+local function reason_of(raw)
+  return raw and raw:match("\r\nX%-Kinformer%-Reason: ([^\r]+)")
+end
+
 local function describe_model(model)
   describe("examples/openresty, model " .. model, function()
-    local srv, backends, router, port, api_port
+    local srv, backends, router, port, api_port, target
     local get = function(host, path) return openresty.get(router.port, host, path) end
 
     -- Which backends n requests to web.demo reach; every answer must be a 200 from a backend.
@@ -157,9 +164,11 @@ local function describe_model(model)
       port = openresty.free_port{ B2, B3, B4 }
       backends = openresty.backends{ port = port, addrs = { B2, B3, B4 } }
       srv:objects(baseline(port))
+      local port_name = ({ shared = nil, worker = tostring(port), agent = "http" })[model]
+      target = function(svc) return "demo/" .. svc .. (port_name and ":" .. port_name or "") end
       router = openresty.router{ port = openresty.free_port(), workers = 2, env = {
         KINFORMER_SERVER = srv.url, KINFORMER_MODEL = model, KINFORMER_BACKOFF_MAX = "1",
-        KINFORMER_INTERVAL = "0.05" }, worker_header = true }
+        KINFORMER_INTERVAL = "0.05", KINFORMER_PORT_NAME = port_name }, worker_header = true }
       wait_status(all_synced, 10, "every informer process synced")
     end)
 
@@ -184,16 +193,45 @@ local function describe_model(model)
       assert.is_true(seen[B2] >= 10 and seen[B4] >= 10, "unbalanced: " .. cjson.encode(seen))
     end)
 
-    it("answers 503 with a clear body when no endpoint is ready", function()
-      local code, body = get("down.demo")
+    it("answers 503 and the reason when no endpoint is ready, 404 for a Host without Service",
+      function()
+      local code, body, raw = get("down.demo")
       assert.equals(503, code)
-      assert.equals("kinformer router: Service demo/down has no ready endpoint\n", body)
-      code, body = get("ghost.demo.svc.cluster.local")
+      assert.equals("no-endpoints", reason_of(raw))
+      assert.matches("\r\nRetry%-After: 1\r\n", raw)
+      assert.equals("kinformer: the Service has no ready endpoint: " .. target("down") .. "\n", body)
+      code, body, raw = get("ghost.demo.svc.cluster.local")
       assert.equals(503, code)
-      assert.equals("kinformer router: Service demo/ghost has no EndpointSlice\n", body)
-      code, body = get("nohost")
-      assert.equals(404, code)
-      assert.matches("does not name a Service", body, 1, true)
+      assert.equals("unknown-service", reason_of(raw))
+      assert.equals("kinformer: the Service has no EndpointSlice: " .. target("ghost") .. "\n", body)
+      for _, host in ipairs{ "nohost", "web.demo.cluster.local", "web_1.demo", "a.b.c.d" } do
+        code, body, raw = get(host)
+        assert.equals(404, code, host)
+        assert.equals("no-route", reason_of(raw), host)
+        assert.equals("kinformer: no Service for this request\n", body)
+      end
+      -- the forms of the Host
+      for _, host in ipairs{ "web.demo.svc", "web.demo.svc.cluster.local", "WEB.demo" } do
+        code, body = get(host)
+        assert.equals(200, code, host .. ": " .. tostring(body))
+      end
+    end)
+
+    it("answers 503 not-synced before the first list", function()
+      local dead = openresty.router{ port = openresty.free_port(), workers = 1, name = "unsynced",
+        env = { KINFORMER_SERVER = "http://127.0.0.1:" .. openresty.free_port(),
+                KINFORMER_MODEL = model, KINFORMER_BACKOFF_MAX = "1",
+                KINFORMER_SHARED_SIZE = "8m" } }
+      finally(function() dead:stop() end)
+      local code, body, raw
+      local deadline = now() + 5
+      repeat
+        code, body, raw = openresty.get(dead.port, "web.demo", "/")
+        if code ~= 503 then sleep(0.05) end
+      until code == 503 or now() > deadline
+      assert.equals(503, code, tostring(body))
+      assert.equals("not-synced", reason_of(raw))
+      assert.equals("kinformer: the EndpointSlice cache has not synced yet: demo/web\n", body)
     end)
 
     it("stops sending to an endpoint marked not ready within 1 s", function()
@@ -215,12 +253,13 @@ local function describe_model(model)
       end)
       assert.equals(B3, keys(hits(10)))
       srv:objects{ slice("web-a", "web", port, { { B3, false } }) }
-      local deadline, code, body = now() + 2, nil, nil
+      local deadline, code, body, raw = now() + 2, nil, nil, nil
       repeat
-        code, body = get("web.demo")
+        code, body, raw = get("web.demo")
       until code == 503 or now() > deadline
       assert.equals(503, code)
-      assert.equals("kinformer router: Service demo/web has no ready endpoint\n", body)
+      assert.equals("no-endpoints", reason_of(raw))
+      assert.equals("kinformer: the Service has no ready endpoint: " .. target("web") .. "\n", body)
     end)
 
     it("sends to a new ready endpoint within 1 s", function()
@@ -250,13 +289,55 @@ local function describe_model(model)
         assert.is_true(inf.objects >= 8) -- the sample cluster's 5 and ours
         assert.equals(0, inf.handler_errors)
         assert.equals(0, p.dispatch_errors)
-        -- the example's view: the services it publishes, no failures
-        assert.is_true(p.views.routes.keys >= 1)
-        assert.equals(0, p.views.routes.errors)
+        -- the agent model's view: the Services the agent publishes, no failures
+        if model == "agent" then
+          assert.is_true(p.views["kinformer.endpoints"].keys >= 8)
+          assert.equals(0, p.views["kinformer.endpoints"].errors)
+        end
       end
+      -- the balancer: every worker's targets and endpoints (samples at most 1 s old)
+      reset()
+      hits(20)
+      local web = target("web")
+      st = wait_status(function(s)
+        local n = 0
+        for _, p in ipairs(s.balancer.processes) do
+          local t = p.targets[web]
+          if t and t.peers == 2 then n = n + 1 end
+        end
+        return n == 2
+      end, 3, "both workers' samples of " .. web)
+      local requests = 0
+      for _, p in ipairs(st.balancer.processes) do
+        assert.matches("^worker%-%d$", p.process)
+        local t = p.targets[web]
+        assert.same({ target = web, policy = "round_robin", algorithm = "round_robin", known = 3,
+                      ready = 2, peers = 2, skipped = 0, terminating = false }, t)
+        assert.is_table(p.endpoints[B2 .. ":" .. port])
+        assert.is_table(p.endpoints[B4 .. ":" .. port])
+        for _, e in pairs(p.endpoints) do
+          assert.equals(0, e.failures)
+          requests = requests + e.requests
+        end
+      end
+      assert.is_true(requests >= 20, "requests counted: " .. requests)
       local code, text = get("localhost", "/metrics")
       assert.equals(200, code)
-      assert.matches('kinformer_view_keys{view="routes",process="', text, 1, true)
+      if model == "agent" then
+        assert.matches('kinformer_view_keys{view="kinformer.endpoints",process="', text, 1, true)
+      end
+      for _, w in ipairs{ "worker-0", "worker-1" } do
+        assert.matches(('kinformer_balancer_peers{target="%s",policy="round_robin",process="%s"} 2')
+          :format(web, w), text, 1, true)
+        assert.matches(('kinformer_balancer_ready_endpoints{target="%s",policy="round_robin",' ..
+          'process="%s"} 2'):format(web, w), text, 1, true)
+      end
+      assert.matches(('kinformer_balancer_requests_total{endpoint="127.0.0.2:%d",process="worker-')
+        :format(port), text, 1, true)
+      for _, name in ipairs{ "kinformer_balancer_endpoints", "kinformer_balancer_skipped_endpoints",
+          "kinformer_balancer_failures_total", "kinformer_balancer_skips_total" } do
+        assert.matches("# TYPE " .. name .. " ", text, 1, true)
+      end
       for _, name in ipairs{ "kinformer_informer_synced", "kinformer_informer_relists_total",
           "kinformer_informer_watch_events_total", "kinformer_informer_queue_length",
           "kinformer_informer_resource_version_age_seconds" } do

@@ -254,7 +254,7 @@ function _M.backends(opts)
 end
 
 --- openresty.router{ port = P, workers = 2, env = {...}, worker_header = bool } -> instance
--- running the example (examples/openresty/nginx.conf and router.lua) from this checkout.
+-- running the example (examples/openresty/nginx.conf and settings.lua) from this checkout.
 -- worker_header: proxied answers carry "X-Worker: <pid of the nginx worker>" (specs).
 function _M.router(opts)
   local r = root()

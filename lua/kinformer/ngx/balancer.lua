@@ -49,6 +49,7 @@ local get_last_failure, set_more_tries, set_current_peer =
 local get_request = base.get_request
 local ffi_cast = require("ffi").cast
 local ngx_var, ngx_now, ngx_exit, ngx_ERROR = ngx.var, ngx.now, ngx.exit, ngx.ERROR
+local worker_pid = ngx.worker.pid
 local crc32 = ngx.crc32_short
 local log = nprocess.log
 local raise = argcheck.raise
@@ -283,7 +284,9 @@ local function rebuild(t)
   else
     t.reason = "no-endpoints"
   end
-  if t.rr == 0 and n > 0 then t.rr = math_random(n) - 1 end -- workers start apart
+  -- workers start apart: nginx does not seed math.random per worker (every worker draws the
+  -- same numbers), so the pid moves each worker's offset
+  if t.rr == 0 and n > 0 then t.rr = (math_random(n) - 1 + worker_pid()) % n end
   if p.algorithm == "chash" then t.ring = chash.ring(ids, crc32) end
   if p.algorithm == "sticky" then
     local tokens, cookies = {}, {}
