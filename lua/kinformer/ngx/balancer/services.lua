@@ -32,6 +32,7 @@ local source = nil             -- fn(key) -> summary | nil: what requests of thi
 local publish_view = nil       -- the agent model's view
 local publisher = false        -- this process publishes the view (the agent)
 local publishes = 0            -- the agent: publications so far (the version it publishes)
+local publisher_tag = ""       -- the agent: makes its versions differ from a previous agent's
 local seen_version = nil       -- agent model's workers: the last #version refresh() saw
 
 _M.svcs = svcs
@@ -53,6 +54,9 @@ function _M.configure(o)
     return endpoints.summarize(copies)
   end
   publish_view, publisher = o.view, o.publisher and o.view ~= nil
+  -- After a reload the workers may have seen the old agent's #version n: the new agent's n-th
+  -- publication must not look the same to them.
+  if publisher then publisher_tag = ngx.worker.pid() .. "@" .. ngx.now() .. "#" end
   if publish_view then
     source = function(key) return publish_view:get(key) end
   else
@@ -136,7 +140,7 @@ function _M.after_dispatch()
   end
   if published then
     publishes = publishes + 1
-    publish_view:set(VERSION_KEY, publishes)
+    publish_view:set(VERSION_KEY, publisher_tag .. publishes)
   end
   return next(dirty) ~= nil
 end
