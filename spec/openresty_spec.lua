@@ -321,8 +321,20 @@ local function describe_model(model)
         end
       end
       assert.is_true(requests >= 20, "requests counted: " .. requests)
-      local code, text = get("localhost", "/metrics")
-      assert.equals(200, code)
+      -- The worker serving /metrics reads the other one's sample from the status dict, which
+      -- may predate reset() by up to a status interval: poll until both samples are current.
+      local code, text
+      local deadline = now() + 3
+      repeat
+        code, text = get("localhost", "/metrics")
+        assert.equals(200, code)
+        local current = true
+        for _, w in ipairs{ "worker-0", "worker-1" } do
+          if not text:find(('kinformer_balancer_peers{target="%s",policy="round_robin",process="%s"} 2')
+              :format(web, w), 1, true) then current = false end
+        end
+        if not current then sleep(0.1) end
+      until current or now() > deadline
       if model == "agent" then
         assert.matches('kinformer_view_keys{view="kinformer.endpoints",process="', text, 1, true)
       end
