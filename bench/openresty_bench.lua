@@ -1,6 +1,8 @@
--- OpenResty routing benchmark. Part 1: wrk against examples/openresty (routing by Host with
--- kinformer.ngx.balancer over EndpointSlices, in two models) and against a static `upstream`
--- block of the same three backends: requests/s, p99 latency, nginx CPU per request. Part 2: what each model costs with a
+-- OpenResty routing benchmark. Part 1: what a request costs: nginx CPU per request (and
+-- requests/s, p99) of kinformer.ngx.balancer (in each model, round robin; ewma with its log
+-- phase) and of examples/openresty (routing by Host), against a static `upstream` block of the
+-- same three backends and against the floor of any Lua balancer (bench/openresty_floor.lua);
+-- then the Lua memory a request allocates, per algorithm. Part 2: what each model costs with a
 -- bigger cluster: watches on the API server, memory, sync time, CPU per watch event, and how
 -- long a readiness change takes to reach every worker.
 --
@@ -147,58 +149,189 @@ print(("# OpenResty routing benchmark: %d rounds of %d s per configuration, wrk 
 print(("# %s, %s, %d cores"):format(sh("nginx -v 2>&1"):gsub("%s+$", ""),
   sh("wrk --version 2>&1 | head -1"):match("^(%S+ %S+)") or "wrk", tonumber(sh("nproc")) or 0))
 
--- ---- part 1: requests/s ----
+-- ---- part 1: what a request costs ----
 
+-- An nginx with 2 workers (1 for the allocation count) in front of the backends through
+-- balancer_by_lua*: `balancer` is the Lua in the block, `start` the init_worker code, `log` a
+-- log_by_lua* block or nil.
+local function lua_nginx(o)
+  local init = o.model == "shared" and
+    'init_by_lua_block { require("kinformer.ngx").shared_memory("16m") }' or ""
+  local http = ([[
+    lua_shared_dict kinformer 1m;
+    lua_shared_dict kinformer_endpoints 4m;
+    %s
+    init_worker_by_lua_block { %s }
+    upstream u {
+        server 0.0.0.1;
+        balancer_by_lua_block { %s }
+        keepalive 64;
+    }
+]]):format(init, o.start, o.balancer)
+  local locations = ([[
+        location / {
+            proxy_pass http://u;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_connect_timeout 2s;
+            error_page 500 = @unavailable;
+            %s
+        }
+        location @unavailable {
+            content_by_lua_block { require("kinformer.ngx.balancer").unavailable() }
+        }
+        location = /gc {
+            content_by_lua_block { collectgarbage("stop") ngx.say(collectgarbage("count")) }
+        }
+]]):format(o.log and ("log_by_lua_block { " .. o.log .. " }") or "")
+  local port = openresty.free_port()
+  local inst = openresty.start{ name = o.name, conf = openresty.lua_conf{
+    workers = o.workers or 2, dir = "bench", port = port, http = http, locations = locations } }
+  inst.port = port
+  return inst
+end
+
+local FLOOR_START = ('require("openresty_floor").init({ "%s" }, %d)'):format(table.concat(B, '", "'), bport)
+local function kstart(model)
+  return ('assert(require("kinformer.ngx.balancer").start{ model = "%s", client = { server = "%s" } })'
+    .. ' require("kinformer.ngx.balancer").policy("chash", { algorithm = "chash", hash_by = "remote_addr" })'
+    .. ' require("kinformer.ngx.balancer").policy("sticky", { algorithm = "sticky" })')
+    :format(model, srv.url)
+end
+local BALANCE = 'require("kinformer.ngx.balancer").balance("demo/web:http")'
+
+-- Every configuration answers 200 from each of the 3 backends (the balancers synced); `want`
+-- backends only for chash on the client address (one client here).
+local function check_spread(c, want)
+  want = want or 3
+  local deadline, seen, n = now() + 30, {}, 0
+  while now() < deadline and n < want do
+    local code, body = openresty.get(c.inst.port, "web.demo", "/")
+    if code == 200 then
+      local b = body:gsub("%s+$", "")
+      if not seen[b] then seen[b], n = true, n + 1 end
+    else
+      sleep(0.05)
+    end
+  end
+  assert(n == want, c.name .. ": answers from " .. n .. " backends only\n" .. c.inst:log())
+end
+
+local static = openresty.static{ port = openresty.free_port(), backends = peers }
 local configs = {
-  { name = "static upstream block", inst = openresty.static{ port = openresty.free_port(),
-                                                          backends = peers } },
-  { name = "kinformer router, model worker", inst = openresty.router{
+  { name = "static upstream block", inst = static },
+  { name = "Lua balancer floor (fixed peers)", inst = lua_nginx{ name = "floor",
+      start = FLOOR_START, balancer = 'require("openresty_floor").balance()' } },
+  { name = "kinformer.ngx.balancer, model shared", inst = lua_nginx{ name = "shared",
+      model = "shared", start = kstart("shared"), balancer = BALANCE } },
+  { name = "kinformer.ngx.balancer, model worker", inst = lua_nginx{ name = "worker",
+      model = "worker", start = kstart("worker"), balancer = BALANCE } },
+  { name = "kinformer.ngx.balancer, model agent", inst = lua_nginx{ name = "agent",
+      model = "agent", start = kstart("agent"), balancer = BALANCE } },
+  { name = "kinformer.ngx.balancer ewma + log(), model shared", inst = lua_nginx{
+      name = "ewma", model = "shared", start = kstart("shared"),
+      balancer = 'require("kinformer.ngx.balancer").balance("demo/web:http", "ewma")',
+      log = 'require("kinformer.ngx.balancer").log()' } },
+  { name = "examples/openresty (Host -> Service), model shared", inst = openresty.router{
       port = openresty.free_port(), env = { KINFORMER_SERVER = srv.url,
-                                            KINFORMER_MODEL = "worker" } } },
-  { name = "kinformer router, model agent", inst = openresty.router{
-      port = openresty.free_port(), env = { KINFORMER_SERVER = srv.url,
-                                            KINFORMER_MODEL = "agent" } } },
+                                            KINFORMER_MODEL = "shared" } } },
 }
-wait_synced(configs[2].inst.port, 2)
-wait_synced(configs[3].inst.port, 1)
 for _, c in ipairs(configs) do
+  check_spread(c)
   c.rps, c.p99, c.cpu, c.ratio, c.non2xx = {}, {}, {}, {}, 0
   wrk(c.inst.port, 1) -- warm-up: connections, JIT
 end
 for round = 1, ROUNDS do
-  local rps = {}
+  local cpu = {}
   for k = 0, #configs - 1 do
     local c = configs[(round + k - 1) % #configs + 1]
     local c0 = cpu_seconds(c.inst)
     local r = wrk(c.inst.port, SECONDS)
     local used = cpu_seconds(c.inst) - c0
     c.rps[#c.rps + 1], c.p99[#c.p99 + 1] = r.rps, r.p99
-    c.cpu[#c.cpu + 1] = used / r.requests * 1e6
+    cpu[c] = used / r.requests * 1e6
+    c.cpu[#c.cpu + 1] = cpu[c]
     c.non2xx = c.non2xx + r.non2xx
-    rps[c] = r.rps
   end
-  for _, c in ipairs(configs) do c.ratio[#c.ratio + 1] = rps[c] / rps[configs[1]] end
-  io.stderr:write(("round %d/%d: %s\n"):format(round, ROUNDS, table.concat((function()
+  for _, c in ipairs(configs) do c.ratio[#c.ratio + 1] = cpu[c] / cpu[configs[1]] end
+  io.stderr:write(("round %d/%d, us per request: %s\n"):format(round, ROUNDS, table.concat((function()
     local t = {}
-    for i, c in ipairs(configs) do t[i] = ("%.0f"):format(rps[c]) end
+    for i, c in ipairs(configs) do t[i] = ("%.2f"):format(cpu[c]) end
     return t
   end)(), " / ")))
 end
+for _, c in ipairs(configs) do if c.inst ~= static then c.inst:stop() end end
 
-print("\n| configuration | requests/s (median) | vs static | p99 latency (median) | nginx CPU per request | non-2xx |")
+print("\n| configuration | nginx CPU per request (median) | vs static (median of per-round ratios) | requests/s (median) | p99 latency (median) | non-2xx |")
 print("|---|---:|---:|---:|---:|---:|")
 for _, c in ipairs(configs) do
-  print(("| %s | %.0f | %+.1f%% | %.2f ms | %.1f us | %d |"):format(c.name, median(c.rps),
-    (median(c.ratio) - 1) * 100, median(c.p99), median(c.cpu), c.non2xx))
+  print(("| %s | %.2f us | %.3fx | %.0f | %.2f ms | %d |"):format(c.name, median(c.cpu),
+    median(c.ratio), median(c.rps), median(c.p99), c.non2xx))
 end
 local all = {}
 for _, c in ipairs(configs) do
   local t = {}
-  for i, v in ipairs(c.rps) do t[i] = ("%.0f"):format(v) end
-  all[#all + 1] = "# " .. c.name .. ": " .. table.concat(t, " ")
+  for i, v in ipairs(c.cpu) do t[i] = ("%.2f"):format(v) end
+  all[#all + 1] = "# " .. c.name .. ", us per request: " .. table.concat(t, " ")
 end
 print(table.concat(all, "\n"))
-for _, c in ipairs(configs) do c.inst:stop() end
+io.stdout:flush()
+
+-- Lua memory allocated per request: one worker, its collector stopped (from a request:
+-- init_worker_by_lua* ends with a full collection, which restarts it), the growth of
+-- collectgarbage("count") over a wrk run, less what the /gc requests themselves allocate and
+-- less what the worker's timers allocate in as much time without requests (status samples,
+-- dispatch ticks).
+print("\n| configuration (1 worker) | requests | Lua heap growth under load | idle growth, same time | bytes per request |")
+print("|---|---:|---:|---:|---:|")
+local function gcount(inst)
+  local code, body = openresty.get(inst.port, "localhost", "/gc")
+  assert(code == 200, body)
+  return tonumber(body)
+end
+for _, g in ipairs{
+  { "Lua balancer floor (fixed peers)", { start = FLOOR_START, balancer = 'require("openresty_floor").balance()' } },
+  { "kinformer.ngx.balancer round_robin", { model = "shared", start = kstart("shared"), balancer = BALANCE } },
+  { "kinformer.ngx.balancer chash (remote_addr)", { model = "shared", start = kstart("shared"),
+      balancer = 'require("kinformer.ngx.balancer").balance("demo/web:http", "chash")' } },
+  { "kinformer.ngx.balancer sticky (cookie sent)", { model = "shared", start = kstart("shared"),
+      balancer = 'require("kinformer.ngx.balancer").balance("demo/web:http", "sticky")', cookie = true } },
+  { "kinformer.ngx.balancer ewma + log()", { model = "shared", start = kstart("shared"),
+      balancer = 'require("kinformer.ngx.balancer").balance("demo/web:http", "ewma")',
+      log = 'require("kinformer.ngx.balancer").log()' } },
+} do
+  local o = g[2]
+  o.name, o.workers = "gc", 1
+  local inst = lua_nginx(o)
+  local c = { name = g[1], inst = inst }
+  check_spread(c, g[1]:find("chash") and 1 or 3)
+  local extra = ""
+  if o.cookie then
+    local _, _, raw = openresty.get(inst.port, "web.demo", "/")
+    local cookie = raw:match("\r\nSet%-Cookie: ([^;\r]+)")
+    assert(cookie, "sticky: no cookie set")
+    extra = " -H 'Cookie: " .. cookie .. "'"
+  end
+  gcount(inst)
+  sh(("wrk -t1 -c%d -d1s -H 'Host: web.demo'%s http://127.0.0.1:%d/ 2>&1"):format(CONNECTIONS, extra, inst.port))
+  local g0 = gcount(inst)
+  local g1 = gcount(inst) -- what one /gc request allocates
+  local t1 = now()
+  local out = sh(("wrk -t1 -c%d -d%ds -H 'Host: web.demo'%s http://127.0.0.1:%d/ 2>&1")
+    :format(CONNECTIONS, math.min(SECONDS, 3), extra, inst.port))
+  local g2 = gcount(inst)
+  local took = now() - t1
+  sleep(took)
+  local g3 = gcount(inst)
+  local requests = tonumber(out:match("(%d+) requests in"))
+  local per_get = g1 - g0
+  local d, idle = (g2 - g1) - per_get, (g3 - g2) - per_get
+  print(("| %s | %d | %.1f KB | %.1f KB | %.1f |"):format(g[1], requests, d, idle,
+    (d - idle) * 1024 / requests))
+  io.stdout:flush()
+  inst:stop()
+end
 
 -- ---- part 2: what each model costs ----
 
