@@ -1,11 +1,16 @@
-# openresty.mk - kinformer inside nginx: lua/kinformer/ngx.lua, examples/openresty.
+# openresty.mk - kinformer inside nginx: lua/kinformer/ngx.lua, kinformer.ngx.balancer,
+# examples/openresty.
 #
-#   make test-openresty     spec/openresty_spec.lua and spec/openresty_shared_spec.lua: the fake
-#                           API server, three backends and the example's nginx (2 workers) on
-#                           loopback in the three models, and the shared model with 4 workers
-#                           under churn (~40 s; also part of `make test`, which runs every spec)
-#   make bench-openresty    bench/openresty_bench.lua: wrk against the example vs a static upstream
-#                           block, and what each model costs (results: bench/README.md)
+#   make test-openresty     spec/openresty_spec.lua, spec/openresty_balancer_spec.lua and
+#                           spec/openresty_shared_spec.lua: the fake API server, backends on
+#                           loopback and nginx with 2 or 4 workers in the three models: the
+#                           example, every balancer algorithm, passive health, churn under wrk,
+#                           the shared model under churn (~2 min; also part of `make test`,
+#                           which runs every spec)
+#   make bench-openresty    bench/openresty_bench.lua: nginx CPU per request of the balancer and
+#                           the example against a static upstream block and the floor of a Lua
+#                           balancer, Lua bytes allocated per request, and what each model costs
+#                           (results: bench/README.md)
 #                           [BENCH_OR_SECONDS=5 BENCH_OR_ROUNDS=7 BENCH_OR_SERVICES=2000
 #                            BENCH_OR_EVENTS=20000]
 #   make bench-shared       bench/shared_bench.lua: the shared model against the worker model
@@ -26,7 +31,8 @@ BENCH_SH_EVENTS ?= 20000
 .PHONY: test-openresty bench-openresty bench-shared
 
 test-openresty: all
-	$(BUSTED) --helper=spec/helper.lua -o utfTerminal spec/openresty_spec.lua spec/openresty_shared_spec.lua
+	$(BUSTED) --helper=spec/helper.lua -o utfTerminal spec/openresty_spec.lua spec/openresty_balancer_spec.lua \
+	    spec/openresty_shared_spec.lua
 
 bench-openresty: all
 	@command -v wrk >/dev/null || $(MAKE) --no-print-directory deps
