@@ -78,6 +78,7 @@ build = {
     ["kinformer.ngx.balancer.chash"] = "lua/kinformer/ngx/balancer/chash.lua",
     ["kinformer.ngx.balancer.services"] = "lua/kinformer/ngx/balancer/services.lua",
     ["kinformer.ngx.balancer.status"] = "lua/kinformer/ngx/balancer/status.lua",
+    ["kinformer.ngx.balancer.peers"] = "lua/kinformer/ngx/balancer/peers.lua",
     ["kinformer.metrics"] = "lua/kinformer/metrics.lua",
     ["kinformer.metrics.collectors"] = "lua/kinformer/metrics/collectors.lua",
     ["kinformer.httpserver"] = "lua/kinformer/httpserver.lua",

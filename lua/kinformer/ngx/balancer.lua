@@ -36,6 +36,7 @@ local argcheck = require "kinformer.argcheck"
 local services = require "kinformer.ngx.balancer.services"
 local endpoints = require "kinformer.ngx.balancer.endpoints"
 local chash = require "kinformer.ngx.balancer.chash"
+local peers = require "kinformer.ngx.balancer.peers"
 local nprocess = require "kinformer.ngx.process"
 local bstatus = require "kinformer.ngx.balancer.status"
 local balancer = require "ngx.balancer"
@@ -43,7 +44,7 @@ local base = require "resty.core.base"
 
 local type, pairs, tostring, tonumber = type, pairs, tostring, tonumber
 local string_match, string_format, string_gmatch = string.match, string.format, string.gmatch
-local math_exp, math_random, math_floor = math.exp, math.random, math.floor
+local math_random, math_floor = math.random, math.floor
 local get_last_failure, set_more_tries, set_current_peer =
   balancer.get_last_failure, balancer.set_more_tries, balancer.set_current_peer
 local get_request = base.get_request
@@ -58,81 +59,15 @@ local _M = {}
 
 local S = {
   started = false,
-  max_fails = 1, fail_timeout = 10, cool_down = 10,
   logging = false,          -- log() has run: balance() counts requests in flight
-  ndown = 0,                -- endpoints in cool-down (any target)
   informer = "endpointslices",
 }
 _M._state = S
 
--- ---- endpoints' state (per worker, shared by every target that lists the endpoint) ----
-
-local eps = {} -- id ("ip:port") -> { id, requests, failures, fails, window, down_until, ewma, ewma_at, inflight }
-
--- The state of endpoint id, held by one more target (refs: targets listing it; at 0 it goes).
-local function hold(id)
-  local e = eps[id]
-  if e == nil then
-    e = { id = id, requests = 0, failures = 0, fails = 0, window = 0, down_until = 0,
-          ewma = 0, ewma_at = 0, inflight = 0, skips = 0, refs = 0 }
-    eps[id] = e
-  end
-  e.refs = e.refs + 1
-  return e
-end
-
-local function release(e)
-  e.refs = e.refs - 1
-  if e.refs == 0 then
-    eps[e.id] = nil
-    if e.down_until ~= 0 then S.ndown = S.ndown - 1 end
-  end
-end
-
--- Whether endpoint e is in cool-down now (ends it when its time has come).
-local function is_down(e)
-  local d = e.down_until
-  if d == 0 then return false end
-  if ngx_now() < d then return true end
-  e.down_until = 0
-  S.ndown = S.ndown - 1
-  log("notice", "balancer: endpoint ", e.id, " is used again after its cool-down")
-  return false
-end
-
-local function record_failure(e)
-  e.failures = e.failures + 1
-  local max = S.max_fails
-  if max == 0 or e.down_until ~= 0 then return end
-  local t = ngx_now()
-  if t - e.window > S.fail_timeout then e.window, e.fails = t, 0 end
-  e.fails = e.fails + 1
-  if e.fails >= max then
-    e.fails = 0
-    e.down_until = t + S.cool_down
-    e.skips = e.skips + 1
-    S.ndown = S.ndown + 1
-    log("warn", "balancer: endpoint ", e.id, " failed ", max, " time(s) within ",
-      S.fail_timeout, " s: skipped for ", S.cool_down, " s")
-  end
-end
-
--- The EWMA of e's response times, decayed to now (ingress-nginx's: a 10 s decay time).
-local DECAY = 10
-local function ewma_now(e, t)
-  local dt = t - e.ewma_at
-  if dt <= 0 then return e.ewma end
-  return e.ewma * math_exp(-dt / DECAY)
-end
-
-local function ewma_observe(e, rtt)
-  local t = ngx_now()
-  local dt = t - e.ewma_at
-  local w = dt > 0 and math_exp(-dt / DECAY) or 1
-  if e.ewma_at == 0 then w = 0 end
-  e.ewma = e.ewma * w + rtt * (1 - w)
-  e.ewma_at = t
-end
+local eps, hold, release = peers.eps, peers.hold, peers.release
+local is_down, record_failure = peers.is_down, peers.record_failure
+local ewma_now, ewma_observe = peers.ewma_now, peers.ewma_observe
+local H = peers.state -- health settings and the count of endpoints in cool-down
 
 -- ---- policies ----
 
@@ -319,7 +254,7 @@ end
 local function pick_round_robin(t, n)
   local i = t.rr % n + 1
   t.rr = i
-  if S.ndown > 0 and is_down(t.ep[i]) then i = usable_from(t, i, n, nil) end
+  if H.ndown > 0 and is_down(t.ep[i]) then i = usable_from(t, i, n, nil) end
   return i
 end
 
@@ -329,7 +264,7 @@ local function pick_ewma(t, n)
   local b = math_random(n - 1)
   if b >= a then b = b + 1 end
   local ea, eb = t.ep[a], t.ep[b]
-  if S.ndown > 0 then
+  if H.ndown > 0 then
     if is_down(ea) then return is_down(eb) and usable_from(t, a, n, nil) or b end
     if is_down(eb) then return a end
   end
@@ -345,7 +280,7 @@ local function pick_chash(t, n)
   local ring = t.ring
   local pos = chash.position(ring, crc32(key))
   local i = ring.owner[pos]
-  if S.ndown > 0 and is_down(t.ep[i]) then
+  if H.ndown > 0 and is_down(t.ep[i]) then
     -- walk the circle to the next endpoint that is not cooled down
     local owner, m = ring.owner, ring.n
     for k = 1, m - 1 do
@@ -360,7 +295,7 @@ local function pick_sticky(t, n)
   local p = t.policy
   local token = ngx_var[p.cookie_var]
   local i = token and t.tokens[token]
-  if i and not (S.ndown > 0 and is_down(t.ep[i])) then return i end
+  if i and not (H.ndown > 0 and is_down(t.ep[i])) then return i end
   i = pick_round_robin(t, n)
   ngx.header["Set-Cookie"] = t.cookies[i]
   return i
@@ -592,7 +527,7 @@ function _M.start(opts)
   end
   local view = model == "agent" and kngx.view{ name = "kinformer.endpoints", dict = dict } or nil
   S.started = true
-  S.max_fails, S.fail_timeout, S.cool_down = math_floor(max_fails), fail_timeout, cool_down
+  H.max_fails, H.fail_timeout, H.cool_down = math_floor(max_fails), fail_timeout, cool_down
   local ok, err = kngx.start(kopts)
   services.configure{ store = function() return kngx.store(name) end, view = view,
                       publisher = kngx.runs_informers() }
