@@ -574,6 +574,60 @@ describe("kinformer.ngx.balancer", function()
         assert.same({}, late, ("latest request %.3f s after a removal"):format(latest))
       end)
 
+      it("nginx -s reload under wrk", function()
+        local ready = set_of{ id(B2, Q), id(B3, Q), id(B4, Q) }
+        local old = {}
+        for _, c in ipairs(lb:children()) do old[c.pid] = true end
+        local n = #lb:children()
+        local t_case = now()
+        local connections, reloads = 16, { 1, 2 }
+        local wrk = env.wrk_start{ port = lb.port, host = "rr", seconds = 3,
+                                   connections = connections, count = true }
+        local t_start = now()
+        for _, at in ipairs(reloads) do
+          sleep(math.max(0, t_start + at - now()))
+          lb:signal("reload")
+        end
+        local w = env.wrk_result(wrk)
+        local se = w.socket_errors
+        if VERBOSE then
+          io.stderr:write(("%s model, reloads: %d requests, %d non-2xx %s, socket errors %s\n")
+            :format(model, w.requests, w.non2xx, cjson.encode(w.answers), cjson.encode(se)))
+        end
+        assert.is_true(w.requests > 500, w.text)
+        -- An old worker closes its idle keep-alive connections when it quits; wrk had its next
+        -- request on the way on most and counts a read (or write) error, as it does in front
+        -- of a plain upstream block: at most one per connection and reload, nothing else.
+        assert.same({ 0, 0 }, { se.connect, se.timeout }, w.text)
+        assert.is_true(se.read + se.write <= connections * #reloads, w.text)
+        if model == "worker" then
+          -- A new worker lists before it knows any endpoint: what it takes meanwhile is a 503
+          -- not-synced, nothing else.
+          local not_synced = w.answers["503 not-synced"] or 0
+          assert.equals(w.non2xx, not_synced, w.text)
+        else
+          -- the new workers read the kept segment (shared) or the kept dict (agent) at once
+          assert.equals(0, w.non2xx, w.text)
+        end
+        -- the old workers are gone, the new ones route to exactly the ready endpoints
+        wait_for(function()
+          local kids = lb:children()
+          if #kids ~= n then return false, kids end
+          for _, c in ipairs(kids) do
+            if old[c.pid] or c.shutting_down then return false, kids end
+          end
+          return true
+        end, 10, "the old workers gone")
+        converge("rr", ready, 10)
+        env.close_all(conns)
+        conns = env.worker_conns(lb.port, WORKERS)
+        for pid, texts in pairs(each_worker(repeat_req(30, { host = "rr" }))) do
+          assert.is_nil(old[tonumber(pid)], "an old worker: " .. pid)
+          assert.same({ [id(B2, Q)] = 10, [id(B3, Q)] = 10, [id(B4, Q)] = 10 }, count(texts), "worker " .. pid)
+        end
+        if VERBOSE then io.stderr:write(("%s model, reloads: the case took %.1f s\n"):format(model, now() - t_case)) end
+      end)
+
       it("logged no error but the failing endpoint's", function()
         local log = lb:log()
         local bad = id(B6, P)

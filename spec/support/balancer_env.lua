@@ -286,13 +286,46 @@ end
 
 -- ---- wrk ----
 
---- env.wrk_start{ port, host, headers = {}, seconds, connections = 16, threads = 2 } -> handle
--- (wrk runs in the background); env.wrk_result(handle) -> { requests, non2xx, errors, text }
+-- A wrk script that counts the answers other than 200 by status and X-Kinformer-Reason, and
+-- prints them at the end as lines "answered <status> <reason or -> <count>".
+local COUNT_SCRIPT = [[
+local threads = {}
+function setup(thread) threads[#threads + 1] = thread end
+function init() counts = {} end
+function response(status, headers)
+  if status ~= 200 then
+    local k = status .. " " .. (headers["X-Kinformer-Reason"] or "-")
+    counts[k] = (counts[k] or 0) + 1
+  end
+end
+function done()
+  local all = {}
+  for _, t in ipairs(threads) do
+    for k, n in pairs(t:get("counts") or {}) do all[k] = (all[k] or 0) + n end
+  end
+  for k, n in pairs(all) do io.write("answered ", k, " ", n, "\n") end
+end
+]]
+
+--- env.wrk_start{ port, host, headers = {}, seconds, connections = 16, threads = 2,
+-- count = false } -> handle (wrk runs in the background); env.wrk_result(handle) -> { requests,
+-- non2xx, errors, socket_errors = { connect, read, write, timeout }, text, answers =
+-- { ["<status> <reason or ->"] = n } (with count: the
+-- answers other than 200; slower: wrk parses every answer in Lua) }
 function _M.wrk_start(o)
   local hs = { "-H 'Host: " .. o.host .. "'" }
   for k, v in pairs(o.headers or {}) do hs[#hs + 1] = "-H '" .. k .. ": " .. v .. "'" end
-  local cmd = ("wrk -t%d -c%d -d%ds --timeout 5s %s http://127.0.0.1:%d/ 2>&1")
-    :format(o.threads or 2, o.connections or 16, o.seconds, table.concat(hs, " "), o.port)
+  local script = ""
+  if o.count then
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(COUNT_SCRIPT)
+    f:close()
+    script = "-s " .. path
+  end
+  local cmd = ("wrk -t%d -c%d -d%ds --timeout 5s %s %s http://127.0.0.1:%d/ 2>&1")
+    :format(o.threads or 2, o.connections or 16, o.seconds, script, table.concat(hs, " "), o.port)
+  if o.count then cmd = "(" .. cmd .. "; rm -f " .. script:sub(4) .. ")" end
   return assert(io.popen(cmd, "r"))
 end
 
@@ -302,9 +335,16 @@ function _M.wrk_result(p)
   local requests = tonumber(text:match("(%d+) requests in"))
   local non2xx = tonumber(text:match("Non%-2xx or 3xx responses: (%d+)")) or 0
   local errors = 0
+  local socket_errors = { connect = 0, read = 0, write = 0, timeout = 0 }
   local c, r, w, t = text:match("Socket errors: connect (%d+), read (%d+), write (%d+), timeout (%d+)")
-  if c then errors = tonumber(c) + tonumber(r) + tonumber(w) + tonumber(t) end
-  return { requests = requests, non2xx = non2xx, errors = errors, text = text }
+  if c then
+    errors = tonumber(c) + tonumber(r) + tonumber(w) + tonumber(t)
+    socket_errors = { connect = tonumber(c), read = tonumber(r), write = tonumber(w), timeout = tonumber(t) }
+  end
+  local answers = {}
+  for k, n in text:gmatch("answered (%d+ %S+) (%d+)") do answers[k] = tonumber(n) end
+  return { requests = requests, non2xx = non2xx, errors = errors, socket_errors = socket_errors,
+           text = text, answers = answers }
 end
 
 return _M
