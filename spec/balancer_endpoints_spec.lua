@@ -172,3 +172,19 @@ describe("balancer consistent hashing", function()
     assert.is_nil(chash.lookup(chash.ring({}, fnv), 5))
   end)
 end)
+
+describe("balancer consistent hashing, many peers", function()
+  it("keeps a ring near 16,000 points past 100 peers, 16 per peer at least", function()
+    assert.equals(160, chash.points_for(100))
+    assert.equals(80, chash.points_for(200))
+    assert.equals(16, chash.points_for(5000))
+    local ids = {}
+    for i = 1, 400 do ids[i] = "10.1." .. (i // 250) .. "." .. (i % 250) .. ":80" end
+    local ring = chash.ring(ids, function(s)
+      local h = 2166136261
+      for i = 1, #s do h = ((h ~ s:byte(i)) * 16777619) & 0xffffffff end
+      return h
+    end)
+    assert.equals(400 * 40, ring.n)
+  end)
+end)

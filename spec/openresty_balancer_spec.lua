@@ -302,7 +302,8 @@ describe("kinformer.ngx.balancer", function()
         end
         local c = count(original)
         assert.equals(id(B2, P) .. "," .. id(B3, P) .. "," .. id(B4, P), keys(c))
-        for b, n in pairs(c) do assert.is_true(n >= 30, b .. " got only " .. n .. " of 200 keys") end
+        -- 1/3 each on average; the ring's shares vary with the endpoints' addresses (ports here)
+        for b, n in pairs(c) do assert.is_true(n >= 20, b .. " got only " .. n .. " of 200 keys") end
       end)
 
       it("chash: keys stay on their endpoint when another endpoint leaves, in every worker", function()

@@ -51,7 +51,8 @@ local get_request = base.get_request
 local ffi_cast = require("ffi").cast
 local ngx_var, ngx_now, ngx_exit, ngx_ERROR = ngx.var, ngx.now, ngx.exit, ngx.ERROR
 local worker_pid = ngx.worker.pid
-local crc32 = ngx.crc32_short
+local crc32, md5_bin = ngx.crc32_short, ngx.md5_bin
+local string_byte = string.byte
 local log = nprocess.log
 local raise = argcheck.raise
 
@@ -192,6 +193,14 @@ local function new_target(p, target)
   return t
 end
 
+-- The ring's points: md5 spreads them evenly (crc32 of such similar strings clusters them:
+-- with 3 endpoints the smallest share of the circle was 0.21 in the worst of 300 port numbers,
+-- against 0.27 with md5; 1/3 is even).
+local function md5_32(s)
+  local a, b, c, d = string_byte(md5_bin(s), 1, 4)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
 local function rebuild(t)
   local svc = t.svc
   local p = t.policy
@@ -222,7 +231,7 @@ local function rebuild(t)
   -- workers start apart: nginx does not seed math.random per worker (every worker draws the
   -- same numbers), so the pid moves each worker's offset
   if t.rr == 0 and n > 0 then t.rr = (math_random(n) - 1 + worker_pid()) % n end
-  if p.algorithm == "chash" then t.ring = chash.ring(ids, crc32) end
+  if p.algorithm == "chash" then t.ring = chash.ring(ids, md5_32) end
   if p.algorithm == "sticky" then
     local tokens, cookies = {}, {}
     for i = 1, n do
