@@ -17,6 +17,7 @@
 -- lets a case check each worker on its own.
 local fake = require "support.fake_apiserver"
 local openresty = require "support.openresty"
+local set_of, keys = openresty.set_of, openresty.keys
 local env = require "support.balancer_env"
 local cjson = require "cjson"
 local socket = require "socket"
@@ -39,19 +40,6 @@ end
 if not os.execute("command -v wrk >/dev/null 2>&1") then
   describe("kinformer.ngx.balancer", function() pending("skipped: wrk is not installed") end)
   return
-end
-
-local function set_of(list)
-  local s = {}
-  for _, v in ipairs(list) do s[v] = true end
-  return s
-end
-
-local function keys(s)
-  local out = {}
-  for k in pairs(s) do out[#out + 1] = k end
-  table.sort(out)
-  return table.concat(out, ",")
 end
 
 local function count(list)

@@ -12,6 +12,7 @@
 --   KINFORMER_KEEP_NGINX=1 keeps the nginx prefixes (logs) for a look after a failure.
 local fake = require "support.fake_apiserver"
 local openresty = require "support.openresty"
+local set_of, keys = openresty.set_of, openresty.keys
 local cjson = require "cjson"
 local socket = require "socket"
 
@@ -53,18 +54,7 @@ local function baseline(port)
   }
 end
 
-local function set_of(list)
-  local s = {}
-  for _, v in ipairs(list) do s[v] = true end
-  return s
-end
 
-local function keys(s)
-  local out = {}
-  for k in pairs(s) do out[#out + 1] = k end
-  table.sort(out)
-  return table.concat(out, ",")
-end
 
 -- The answer of unavailable(): code, reason header, body.
 local function reason_of(raw)

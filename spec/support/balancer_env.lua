@@ -16,25 +16,7 @@ local socket = require "socket"
 
 local _M = {}
 
-local function preamble(workers)
-  return ([[
-load_module /usr/lib/nginx/modules/ndk_http_module.so;
-load_module %s;
-worker_processes %d;
-error_log logs/error.log notice;
-pid logs/nginx.pid;
-events { worker_connections 4096; }
-]]):format(openresty.LUA_MODULE, workers)
-end
-
-local TEMP_PATHS = [[
-    access_log off;
-    client_body_temp_path logs/client_body;
-    proxy_temp_path logs/proxy;
-    fastcgi_temp_path logs/fastcgi;
-    uwsgi_temp_path logs/uwsgi;
-    scgi_temp_path logs/scgi;
-]]
+local preamble, TEMP_PATHS = openresty.preamble, openresty.TEMP_PATHS
 
 --- env.slice(name, svc, port, eps, port_name) -> an EndpointSlice of Service demo/<svc>;
 -- eps = { { address, ready, serving (default: ready), terminating (default false) }, ... }

@@ -82,7 +82,7 @@ function _M.free_port(addrs)
 end
 
 -- Lines every configuration starts with.
-local function preamble(workers)
+function _M.preamble(workers)
   return ([[
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module %s;
@@ -93,7 +93,7 @@ events { worker_connections 4096; }
 ]]):format(_M.LUA_MODULE, workers)
 end
 
-local TEMP_PATHS = [[
+_M.TEMP_PATHS = [[
     access_log off;
     client_body_temp_path logs/client_body;
     proxy_temp_path logs/proxy;
@@ -110,7 +110,7 @@ function _M.lua_conf(o)
   local root = rawget(_G, "KINFORMER_ROOT") or "."
   local env = {}
   for _, name in ipairs(o.env or {}) do env[#env + 1] = "env " .. name .. ";\n" end
-  return preamble(o.workers or 1) .. table.concat(env) .. "http {\n" .. TEMP_PATHS .. ([[
+  return _M.preamble(o.workers or 1) .. table.concat(env) .. "http {\n" .. _M.TEMP_PATHS .. ([[
     lua_package_path "%s/?.lua;%s/lua/?.lua;%s/lua/?/init.lua;;";
     lua_package_cpath "%s/build/luajit/?.so;;";
 %s
@@ -246,7 +246,7 @@ function _M.backends(opts)
     servers[#servers + 1] = ("    server { listen %s:%d reuseport; location / { return 200 \"$server_addr\\n\"; } }")
       :format(a, opts.port)
   end
-  local conf = preamble(opts.workers or 1) .. "http {\n" .. TEMP_PATHS .. "    keepalive_requests 100000;\n" ..
+  local conf = _M.preamble(opts.workers or 1) .. "http {\n" .. _M.TEMP_PATHS .. "    keepalive_requests 100000;\n" ..
     table.concat(servers, "\n") .. "\n}\n"
   local b = _M.start{ conf = conf, name = "backends" }
   b.port, b.addrs = opts.port, opts.addrs
@@ -281,7 +281,7 @@ end
 function _M.static(opts)
   local servers = {}
   for _, b in ipairs(opts.backends) do servers[#servers + 1] = "        server " .. b .. ";" end
-  local conf = preamble(opts.workers or 2) .. "http {\n" .. TEMP_PATHS .. ([[
+  local conf = _M.preamble(opts.workers or 2) .. "http {\n" .. _M.TEMP_PATHS .. ([[
     upstream backends {
 %s
         keepalive 64;
@@ -320,7 +320,15 @@ function _M.get(port, host, path)
   return code, body, data
 end
 
-local function set_keys(s)
+--- openresty.set_of(list) -> { [v] = true } for each value of list
+function _M.set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+--- openresty.keys(set) -> its keys, sorted, joined with ","
+function _M.keys(s)
   local out = {}
   for k in pairs(s) do out[#out + 1] = k end
   table.sort(out)
@@ -376,7 +384,7 @@ function _M.converge(o)
     end
   end
   error(("%s did not converge to %s in %g s in every worker; last answer %s")
-    :format(o.host, set_keys(want), timeout, tostring(last)), 2)
+    :format(o.host, _M.keys(want), timeout, tostring(last)), 2)
 end
 
 -- Stop whatever is still running when the Lua state closes.
