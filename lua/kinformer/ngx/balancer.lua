@@ -60,6 +60,7 @@ local _M = {}
 
 local S = {
   started = false,
+  sync_wait = 1,            -- seconds a request may wait in unavailable() for the first sync
   logging = false,          -- log() has run: balance() counts requests in flight
   informer = "endpointslices",
 }
@@ -431,16 +432,36 @@ local REASON_TEXT = {
   ["all-tried"] = "every endpoint was tried",
 }
 
---- balancer.unavailable() in content_by_lua* of the error_page location for 500: why the
--- balancer picked no peer: 503 (with X-Kinformer-Reason, Retry-After: 1 and a line of text)
+--- balancer.unavailable() in content_by_lua* of the error_page location for 500: while this
+-- process's cache has not synced, waits for it (sync_wait) and sends the request through its
+-- location again; otherwise answers why the balancer picked no peer: 503 (with X-Kinformer-Reason, Retry-After: 1 and a line of text)
 -- when the target's Service has no usable endpoint, is unknown, or the cache has not synced;
 -- 404 when the target was empty (e.g. a Host that a map sends nowhere); 500 otherwise.
+-- A request that found this process's cache not synced yet (a new worker's first list, after a
+-- start or a reload, in the worker model; a new segment or agent) waits for it, up to sync_wait
+-- seconds after the request began, and goes through its location again when the target has a
+-- peer then: true when it did (ngx.exec does not return).
+local function wait_synced(t)
+  if S.sync_wait <= 0 or not t.svc or kngx.synced() then return false end
+  local deadline = ngx.req.start_time() + S.sync_wait
+  repeat
+    ngx.sleep(0.01)
+  until kngx.synced() or ngx_now() >= deadline
+  if not kngx.synced() then return false end
+  if t.version ~= t.svc.version then rebuild(t) end
+  if t.n == 0 then return false end
+  -- error_page served this location once already: a second failure would not reach it, hence
+  -- the check of the peers above
+  return ngx.exec(ngx_var.uri, ngx_var.args)
+end
+
 function _M.unavailable()
   local r = request_id()
   local t = r and reasons[r]
   if t then
     reasons[r] = nil
     nreasons = nreasons - 1
+    if wait_synced(t) then return end
   end
   local status, reason, body
   if not t then
@@ -466,7 +487,7 @@ end
 -- ---- start ----
 
 local OWN_OPTS = { endpointslices = true, dict = true, max_fails = true, fail_timeout = true,
-  cool_down = true }
+  cool_down = true, sync_wait = true }
 
 local function copy(t)
   local c = {}
@@ -486,13 +507,15 @@ end
 
 --- balancer.start{ model =, client =, endpointslices = { namespace =, label_selector =, ... },
 --                  dict = "kinformer_endpoints", max_fails = 1, fail_timeout = 10,
---                  cool_down = fail_timeout, ...kngx.start's options } -> true | nil, err
+--                  cool_down = fail_timeout, sync_wait = 1, ...kngx.start's options }
+-- -> true | nil, err
 -- From init_worker_by_lua*, in every process, instead of kngx.start (it calls it): runs an
 -- EndpointSlice informer named "endpointslices" (its options: `endpointslices`) next to the
 -- caller's own `informers`, in the model given (kngx.start's `model`; the agent model also needs
 -- `lua_shared_dict kinformer_endpoints`, or the one `dict` names). The caller's setup, handlers
 -- and after_dispatch still run. max_fails failed tries of an endpoint within fail_timeout seconds
--- skip it for cool_down seconds (0 max_fails: never).
+-- skip it for cool_down seconds (0 max_fails: never). sync_wait: seconds a request may wait in
+-- unavailable() for this process's first sync (0: answer 503 not-synced at once).
 function _M.start(opts)
   if opts == nil then opts = {} end
   if type(opts) ~= "table" then raise(1, "start", "table expected, got " .. type(opts)) end
@@ -501,6 +524,7 @@ function _M.start(opts)
   local fail_timeout = argcheck.number(opts, "fail_timeout", "start", 10, 0.001)
   local cool_down = argcheck.number(opts, "cool_down", "start", fail_timeout, 0.001)
   local dict = argcheck.string(opts, "dict", "start") or "kinformer_endpoints"
+  S.sync_wait = argcheck.number(opts, "sync_wait", "start", 1, 0)
   if opts.endpointslices ~= nil and type(opts.endpointslices) ~= "table" then
     raise(1, "start", "option 'endpointslices' must be a table of informer options")
   end
