@@ -20,6 +20,30 @@
 static const char LOGGER_KEY = 0;    /* the logger function, if set */
 static const char REQUEUE_KEY = 0;   /* the REQUEUE sentinel */
 
+/* luaL_where for an error of the running C function: its caller's position, or, when that caller
+ * is one of kinformer's Lua hit paths (chunk "=kinformer.store", lua_store.c), the position of
+ * the caller of that, the code that called the method. */
+static void where(lua_State *L)
+{
+    lua_Debug ar;
+    int level = 1;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar) &&
+        strcmp(ar.source, "=kinformer.store") == 0)
+        level = 2;
+    luaL_where(L, level);
+}
+
+int kl_error(lua_State *L, const char *fmt, ...)
+{
+    va_list ap;
+    where(L);
+    va_start(ap, fmt);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
 int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
 {
     va_list ap;
@@ -27,7 +51,7 @@ int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...)
     va_start(ap, fmt);
     reason = lua_pushvfstring(L, fmt, ap);
     va_end(ap);
-    return luaL_error(L, "bad argument #%d to '%s' (%s)", argn, fname, reason);
+    return kl_error(L, "bad argument #%d to '%s' (%s)", argn, fname, reason);
 }
 
 const char *kl_check_lstring(lua_State *L, int idx, int argn, const char *fname, size_t *len)
@@ -49,7 +73,7 @@ void *kl_check_self(lua_State *L, const char *tname, const char *fname)
 {
     void *p = luaL_testudata(L, 1, tname);
     if (p == NULL)
-        luaL_error(L, "calling '%s' on bad self (%s expected, got %s)", fname, tname,
+        kl_error(L, "calling '%s' on bad self (%s expected, got %s)", fname, tname,
                    luaL_typename(L, 1));
     return p;
 }

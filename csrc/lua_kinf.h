@@ -120,6 +120,8 @@ const char *kl_error_text(lua_State *L, int idx);
 void kl_log(lua_State *L, const char *level, const char *msg);
 
 /* Raises "bad argument #argn to 'fname' (...)" with a formatted reason. */
+/* luaL_error, but an error raised under a Lua hit path of lua_store.c points at its caller. */
+int kl_error(lua_State *L, const char *fmt, ...);
 int kl_argerror(lua_State *L, int argn, const char *fname, const char *fmt, ...);
 
 /*

@@ -5,10 +5,14 @@
  * whose table was handed out, or handed in if kinformer made it (never one a user built), so
  * repeated gets return the same table without decoding; [FNS] slot -> Lua index function;
  * [RESULTS] the arrays by_index, index_keys, list and list_keys hand out until their content
- * changes (lua_results.c); and, under string keys, key -> the pinned table for every key get has
- * handed out (get's fast path: no call into the core at all). Pinned tables and keys lose a
- * record's entry in the write that replaces or removes it (unpin), before the record's last
- * reference can go away; replace starts both anew.
+ * changes (lua_results.c); and [KEYS] key -> the pinned table for every key get has handed out.
+ * Pinned tables and keys lose a record's entry in the write that replaces or removes it (unpin),
+ * before the record's last reference can go away; replace starts both anew.
+ *
+ * get and get_by_key are Lua functions (GET_CHUNK) whose hit path reads the KEYS table straight
+ * from Lua: it is found by the store in CACHES, a weak-keyed table of open stores only (close
+ * drops the entry), so a hit makes no C call at all, which LuaJIT compiles into the caller's
+ * trace; any other case (a miss, a key not a string, a bad self, a closed store) calls the C get.
  *
  * Index functions are called by the core during writes (and store:index) on this thread; each
  * call runs inside lua_pcall, so a raising index function can never unwind through the core
@@ -27,8 +31,23 @@
 
 #define KL_STORE_MT "kinformer.store"
 
-/* Integer slots of the uservalue table; its string keys are the keys get has handed out. */
-enum { PINNED = 1, FNS = 2, RESULTS = 3 };
+/* Integer slots of the uservalue table. */
+enum { PINNED = 1, FNS = 2, RESULTS = 3, KEYS = 4 };
+
+/* Registry key of CACHES: store userdata -> its KEYS table, weak keys, open stores only. */
+static const char CACHES_KEY = 0;
+
+/* CACHES[the store at ud] = the value at keys (nil: the store is closed). */
+static void set_cache(lua_State *L, int ud, int keys)
+{
+    ud = kl_absindex(L, ud);
+    keys = kl_absindex(L, keys);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &CACHES_KEY);
+    lua_pushvalue(L, ud);
+    lua_pushvalue(L, keys);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
 
 typedef struct lindex {
     struct lstore *owner;
@@ -50,7 +69,7 @@ typedef struct lstore {
 static lstore *check_open(lua_State *L, lstore *ls)
 {
     if (ls->store == NULL)
-        luaL_error(L, "kinformer: store is closed");
+        kl_error(L, "kinformer: store is closed");
     return ls;
 }
 
@@ -217,10 +236,11 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     lua_pop(L, 1);
     lua_pushnil(L);
     kl_rawsetp(L, -2, obj);
+    lua_rawgeti(L, uv, KEYS);
     lua_pushlstring(L, obj->key, obj->key_len);
     lua_pushnil(L);
-    lua_rawset(L, uv);
-    lua_pop(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 2);
 }
 
 void kl_store_unpin(lua_State *L, int idx, kinf_object *obj)
@@ -393,24 +413,27 @@ static int s_replace(lua_State *L)
     kl_guard_release(g);
     if (err == KINF_OK || err == KINF_EINDEX) {
         /* A new uservalue table: the new pinned tables, no key handed out yet. */
-        lua_createtable(L, 3, 0);
+        lua_createtable(L, 4, 0);
         lua_pushvalue(L, 5);
         lua_rawseti(L, -2, PINNED);
         lua_rawgeti(L, 3, FNS);
         lua_rawseti(L, -2, FNS);
         lua_rawgeti(L, 3, RESULTS);
         lua_rawseti(L, -2, RESULTS);
+        lua_newtable(L);
+        set_cache(L, 1, -1);
+        lua_rawseti(L, -2, KEYS);
         kl_setuservalue(L, 1);
     }
     return write_result(L, "replace", err, msg);
 }
 
-/* get's slow path: stack 1 store, 2 key (a string), 3 uservalue table. */
+/* get's slow path: stack 1 store, 2 key (a string), 3 uservalue table, 4 its KEYS table. */
 static int get_slow(lua_State *L, lstore *ls)
 {
     size_t len;
     const char *key = lua_tolstring(L, 2, &len);
-    kl_guard *g = kl_push_guard(L); /* 4; before taking a reference: pushing can raise */
+    kl_guard *g = kl_push_guard(L); /* 5; before taking a reference: pushing can raise */
 
     g->objs = g->one;
     g->objs[0] = kinf_store_get(ls->store, key, len);
@@ -424,7 +447,7 @@ static int get_slow(lua_State *L, lstore *ls)
     kl_guard_release(g);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, -2);
-    lua_rawset(L, 3); /* uv[key] = table */
+    lua_rawset(L, 4); /* keys[key] = table */
     return 1;
 }
 
@@ -434,11 +457,12 @@ static int get_key(lua_State *L, lstore *ls)
 {
     lua_settop(L, 2);
     kl_getuservalue(L, 1); /* 3 */
+    lua_rawgeti(L, 3, KEYS); /* 4 */
     lua_pushvalue(L, 2);
-    lua_rawget(L, 3); /* 4 */
-    if (!lua_isnil(L, 4))
+    lua_rawget(L, 4); /* 5 */
+    if (!lua_isnil(L, 5))
         return 1;
-    lua_settop(L, 3);
+    lua_settop(L, 4);
     return get_slow(L, ls);
 }
 
@@ -699,6 +723,8 @@ static int s_close(lua_State *L)
         return luaL_error(L, "kinformer: store:close called from inside one of its index functions "
                              "(the call in progress uses the store: close it once that call returned)");
     store_close(L, ls);
+    lua_pushnil(L);
+    set_cache(L, 1, -1);
     return 0;
 }
 
@@ -739,11 +765,13 @@ int kl_new_store(lua_State *L)
     memset(ls, 0, sizeof(*ls));
     luaL_setmetatable(L, KL_STORE_MT);
     ls->fns_ref = LUA_NOREF;
-    lua_createtable(L, 3, 0);
+    lua_createtable(L, 4, 0);
     lua_newtable(L);
     lua_rawseti(L, -2, PINNED);
     kl_results_new(L);
     lua_rawseti(L, -2, RESULTS);
+    lua_newtable(L);
+    lua_rawseti(L, -2, KEYS);
     lua_newtable(L);
     lua_pushvalue(L, -1);
     ls->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -752,6 +780,10 @@ int kl_new_store(lua_State *L)
     ls->store = kinf_store_new(with_ns, &err);
     if (ls->store == NULL)
         return kl_fail(L, err, NULL);
+    kl_getuservalue(L, 2);
+    lua_rawgeti(L, -1, KEYS);
+    set_cache(L, 2, -1);
+    lua_pop(L, 2);
     if (lua_istable(L, 1)) {
         lua_pushliteral(L, "indexers");
         lua_rawget(L, 1); /* raw, as the options were checked */
@@ -768,6 +800,8 @@ int kl_new_store(lua_State *L)
 static int s_gc(lua_State *L)
 {
     store_close(L, luaL_checkudata(L, 1, KL_STORE_MT));
+    lua_pushnil(L);
+    set_cache(L, 1, -1);
     return 0;
 }
 
@@ -798,14 +832,53 @@ static const luaL_Reg META[] = {
     {NULL, NULL},
 };
 
+/* get and get_by_key: the hit path in Lua, the C function for everything else. */
+static const char GET_CHUNK[] =
+    "local caches, cget = ...\n"
+    "return function(self, key)\n"
+    "  local keys = caches[self]\n"
+    "  if keys then\n"
+    "    local obj = keys[key]\n"
+    "    if obj ~= nil then return obj end\n"
+    "  end\n"
+    "  return cget(self, key)\n"
+    "end\n";
+
+/* Pushes GET_CHUNK's function over the C function at the top, which it pops. */
+static void push_lua_get(lua_State *L)
+{
+    if (luaL_loadbuffer(L, GET_CHUNK, sizeof(GET_CHUNK) - 1, "=kinformer.store") != 0)
+        lua_error(L);
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &CACHES_KEY);
+    lua_pushvalue(L, -3);
+    lua_call(L, 2, 1);
+    lua_remove(L, -2);
+}
+
 void kl_open_store(lua_State *L)
 {
     kl_new_class(L, KL_STORE_MT, METHODS, META);
-    /* get again, with the metatable as its upvalue (check_store_fast). */
+    /* CACHES, weak-keyed: an entry never keeps its store alive. */
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &CACHES_KEY);
+    if (lua_isnil(L, -1)) {
+        lua_newtable(L);
+        lua_createtable(L, 0, 1);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        kl_rawsetp(L, LUA_REGISTRYINDEX, &CACHES_KEY);
+    }
+    lua_pop(L, 1);
+    /* get with the metatable as its upvalue (check_store_fast), and get_by_key, each under its
+     * Lua hit path. */
     luaL_getmetatable(L, KL_STORE_MT);
     lua_getfield(L, -1, "__index");
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, s_get, 1);
+    push_lua_get(L);
     lua_setfield(L, -2, "get");
+    lua_pushcfunction(L, s_get_by_key);
+    push_lua_get(L);
+    lua_setfield(L, -2, "get_by_key");
     lua_pop(L, 2);
 }
