@@ -201,7 +201,16 @@ describe("kinformer.ngx.balancer", function()
             assert.is_false(e.skipped)
           end
         end
-        local text = metrics()
+        -- The worker serving /metrics reads the others' samples from the status dict, which
+        -- may be up to a status interval older than what status() just showed.
+        local text = wait_for(function()
+          local t = metrics()
+          for w = 0, WORKERS - 1 do
+            local el = ('endpoint="%s",process="worker-%d"'):format(id(B2, Q), w)
+            if metric(t, "kinformer_balancer_requests_total", el) ~= 10 then return false, t end
+          end
+          return true, t
+        end, 5, "every worker's current sample in the metrics")
         for w = 0, WORKERS - 1 do
           local lbl = ('target="demo/rr:http",policy="round_robin",process="worker-%d"'):format(w)
           assert.equals(4, metric(text, "kinformer_balancer_endpoints", lbl), lbl)

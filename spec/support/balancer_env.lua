@@ -38,13 +38,7 @@ function _M.slice(name, svc, port, eps, port_name)
   }
 end
 
-local function read_file(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = openresty.read_file
 
 --- env.ports(addrs) -> two different ports free on every address
 function _M.ports(addrs)

@@ -38,6 +38,7 @@ local function read_file(path)
   f:close()
   return s
 end
+_M.read_file = read_file -- (path) -> its content, or nil
 
 local function write_file(path, s)
   local f = assert(io.open(path, "w"))
