@@ -3,36 +3,21 @@
 -- Contract:
 -- - A manager owns a client's shared informers (client:informer: one per resource and scope),
 --   its controllers (kinformer.controller), an Event recorder (kinformer.events), optional
---   leader election on a Lease (kinformer.leader_election) and, when kinformer.metrics is
---   installed, a metrics registry (and with metrics_address its HTTP server).
+--   leader election on a Lease (kinformer.leader_election) or sharding (kinformer.sharding) and,
+--   when kinformer.metrics is installed, a metrics registry (and with metrics_address its HTTP
+--   server). This file builds it, registers its controllers and informers and answers about it.
 -- - Everything runs on the Lua thread that calls step() / run(), and nothing there waits on
 --   the API server: reconciles, the elector's attempts and Event writes run as tasks
---   (kinformer.task) whose REST calls go to the client's I/O thread; step() resumes the tasks
---   whose calls finished, dispatches the informers, starts ready reconciles (up to each
---   controller's max_concurrent_reconciles, never one key twice), serves the metrics server,
---   then returns how long the caller may wait (on mgr:fds()) before the next step is useful:
---   the nearest of a delayed key, the elector's next attempt, the end of the lease, a task's
---   sleep (1 s at most).
--- - Reconciles start once every informer of the controller synced. With leader election the
---   elector starts once every controller synced (a new leader starts warm); only the leader
---   reconciles and writes: every write of a reconcile or of the recorder is checked against
---   leadership right before it is sent (kinformer.task's guard; a refused one fails with
---   err.reason "Fenced"), and the moment leadership ends (the lease lost, or not renewed within
---   renew_deadline, renewal in flight or not) the reconciles in flight are cancelled with their
---   calls, their keys kept for later, and the queued Events dropped. Every replica keeps its
---   caches and its queues (which coalesce); a replica that starts leading enqueues every key
---   its sources map their caches to, at low priority.
+--   (kinformer.task) whose REST calls go to the client's I/O thread. What a step does, when
+--   reconciles start and how leadership fences writes: kinformer.manager.schedule.
 -- - Read-your-own-writes: an object a reconcile wrote through the client (any write that
 --   returned the object) is not read older than that write by a later reconcile: ctx:get()
 --   and the primary handed to a reconcile wait (the task sleeps while the informers catch up)
 --   until the cache holds that resourceVersion or a newer one, for up to 2 s, then read
 --   the object from the server instead.
--- - run() catches SIGINT / SIGTERM (kinformer.catch_signals): at a signal the reconciles in
---   flight are cancelled (their calls cut), queued Events are written for up to grace_period
---   seconds, the Lease is released (one GET and one update, each within max(1, retry_period)
---   seconds) and the informers stop: run returns within grace_period + 2 x max(1,
---   retry_period) seconds of the signal whatever the API server does. stop() does the same
---   from user code (also from inside a reconcile: it then takes effect when the step ends).
+-- - run() catches SIGINT / SIGTERM and shuts down gracefully at a signal, stop() from user code
+--   (also from inside a reconcile: it then takes effect when the step ends); how, and within
+--   which time: kinformer.manager.lifecycle.
 -- - Errors in user code (reconcile, finalize, map, predicates, callbacks) are logged and counted,
 --   never raised out of step / run. Wrong arguments raise at the caller's line.
 local core = require "kinformer.core"
@@ -43,24 +28,20 @@ local controller = require "kinformer.controller"
 local events = require "kinformer.events"
 local leaderelection = require "kinformer.leaderelection"
 local task = require "kinformer.task"
-local informer = require "kinformer.informer"
 local sharding = require "kinformer.sharding"
 local ryow = require "kinformer.ryow"
 local rbac = require "kinformer.rbac"
+local schedule = require "kinformer.manager.schedule"
+local lifecycle = require "kinformer.manager.lifecycle"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable = type, tostring, pairs, ipairs,
   pcall, setmetatable
-local math_min, math_max, math_huge, string_format = math.min, math.max, math.huge,
-  string.format
+local math_min, math_huge = math.min, math.huge
 local raise = argcheck.raise
 
 local metrics = require "kinformer.metrics" -- its HTTP server (lua-socket) loads on first use
 
-local BATCH = 500       -- informer:dispatch batch per step
-local RECONCILES = 50   -- most reconciles started per step
-local STEP_BUDGET = 0.2 -- seconds of reconciles per step (the loop then serves the rest)
-local MAX_WAIT = 1      -- longest wait step() suggests (fds wake it earlier)
-local LOW = -100        -- the work queue priority of keys no change caused (controller-runtime's)
+local BATCH = schedule.BATCH -- informer:dispatch batch per step
 
 local _M = {}
 
@@ -104,7 +85,6 @@ local function setup_metrics(self, address)
   return true
 end
 
-local writes_allowed -- (defined with the tasks below)
 local LEVELS = { debug = true, info = true, warn = true, error = true }
 
 --- kinformer.manager{ client = client, leader_election = { lease_name =, namespace =, identity =,
@@ -137,7 +117,7 @@ function _M.new(opts)
     _leading = false, fenced = 0,
     _rbac = rbac.check(opts.rbac, F), -- rules declared for mgr:rbac
   }, Manager)
-  self._guard = writes_allowed(self)
+  self._guard = schedule.writes_allowed(self)
   if level and core.default_log_level then core.default_log_level(level) end
   local eopts = opts.events
   if eopts ~= nil and type(eopts) ~= "table" then raise(1, F, "option 'events' must be a table") end
@@ -282,180 +262,10 @@ function Manager:is_leader()
   return not self._elector or self._elector:is_leader()
 end
 
-local function observe(self, c, result, seconds)
-  self._m_total:inc({ controller = c.name, result = result }, 1)
-  if result == "error" then self._m_errors:inc({ controller = c.name }, 1) end
-  self._m_time:observe({ controller = c.name }, seconds)
-end
-
 --- mgr:_fresh(gk, key, store, resource) -> the object to act on | nil (gone) | nil, err
 -- (kinformer.ryow: store's copy, or the manager's own newer write)
 function Manager:_fresh(gk, key, store, resource)
   return self._ryow:fresh(gk, key, store, resource)
-end
-
--- Once a second: forget what the caches caught up with long ago, name unstarted informers.
-local function housekeeping(self, now)
-  if now < (self._prune_at or 0) then return end
-  self._prune_at = now + 1
-  informer.warn_unstarted(self.client, 1)
-  self._ryow:prune(now)
-end
-
--- ---- the tasks ----
-
-function writes_allowed(self)
-  return function(method)
-    if method == "GET" then return true end
-    if self._stopping then self.fenced = self.fenced + 1 return nil, "the manager is stopping" end
-    if not self:is_leader() then self.fenced = self.fenced + 1 return nil, "not the leader" end
-    return true
-  end
-end
-
--- Cancels every reconcile in flight: its call is cut, its key kept (queued again unless the
--- queue shut down).
-local function cancel_reconciles(self, why, only)
-  local n = 0
-  for t in pairs(self._reconciles) do
-    local c, key = t.a, t.b
-    if not only or only(key) then
-      self._sched:cancel(t)
-      self._reconciles[t] = nil
-      c.active = c.active - 1
-      if not only then c.queue:add(key, LOW) end -- (keys handed over are another's now)
-      c.queue:done(key)
-      n = n + 1
-    end
-  end
-  if n > 0 then log("info", string_format("%d reconcile(s) in flight cancelled: %s", n, why)) end
-  if only then return end
-  if self._events_task then
-    self._sched:cancel(self._events_task)
-    self._events_task = nil
-  end
-end
-
--- A reconcile task's function (a = the controller, b = the key)
-local function run_process(c, key) return c:process(key, c.manager._recorder) end
-
--- Its end (not after a cancel)
-local function reconcile_done(ok, result, t)
-  local c, key = t.a, t.b
-  local self = c.manager
-  self._reconciles[t] = nil
-  c.active = c.active - 1
-  if not ok then -- process protects user code: this is the manager's own failure
-    log("error", "reconcile " .. key .. " of " .. c.name .. " failed: " .. errtext(result))
-    c.queue:add_rate_limited(key)
-    c.queue:done(key)
-    result = "error"
-  end
-  observe(self, c, result, clock.now() - t.started)
-end
-
-local function start_reconcile(self, c, key)
-  c.active = c.active + 1
-  local opts = c._task_opts
-  if not opts then
-    opts = { name = c.name, guard = self._guard, on_done = reconcile_done,
-             on_write = function(method, _, obj) self._ryow:note(method, obj) end }
-    c._task_opts = opts
-  end
-  local t = self._sched:spawn(run_process, opts, c, key)
-  if t then self._reconciles[t] = true end
-end
-
--- Starts ready reconciles round-robin over the controllers, up to each one's concurrency ->
--- whether work remains ready
-local function reconcile_some(self)
-  local order, n = self._order, #self._order
-  if n == 0 then return false end
-  local t0 = clock.now()
-  local started, idle = 0, 0
-  while started < RECONCILES and idle < n do
-    local i = self._rr
-    self._rr = i % n + 1
-    local c = self.controllers[order[i]]
-    local key = c.active < c.max_concurrent and c:synced() and c.queue:get(0)
-    local decision = key and self._shard and self._shard:decide(key) or "mine"
-    if decision == "not_mine" then -- another replica's: dropped (a ring change enqueues again)
-      c.queue:forget(key)
-      c.queue:done(key)
-    elseif decision == "wait" then -- its handover is not acknowledged yet: parked
-      c._parked[key] = true
-      c.queue:done(key)
-    elseif key then
-      idle = 0
-      start_reconcile(self, c, key)
-      started = started + 1
-      if self._catching then
-        local sig = core.take_signal()
-        if sig then
-          self._signal = sig
-          return false
-        end
-      end
-      if self._stop_requested or not self:is_leader() or clock.now() - t0 >= STEP_BUDGET then
-        break
-      end
-    else
-      idle = idle + 1
-    end
-  end
-  for _, name in ipairs(order) do
-    local c = self.controllers[name]
-    if c.active < c.max_concurrent and c.queue:next_due() == 0 then return true end
-  end
-  return false
-end
-
--- The elector's attempts run in a task of their own: a slow API server delays the renewal, not
--- the loop (and is_leader() turns false at the renew deadline meanwhile).
-local function tick_elector(self)
-  if self._elector_task then return end
-  local t
-  t = self._sched:spawn(function() return self._elector:tick() end, {
-    name = "leader election",
-    on_done = function(ok, due)
-      self._elector_task = nil
-      if not ok then log("error", "leader election raised: " .. errtext(due)) due = 1 end
-      self._elector_due = clock.now() + (due or 1)
-    end })
-  if t then self._elector_task = t end
-end
-
-local function flush_events(self)
-  if self._events_task or self._recorder:pending() == 0 then return end
-  local t
-  t = self._sched:spawn(function() return self._recorder:flush(10) end, {
-    name = "events", guard = function(method)
-      if method ~= "GET" and not self:is_leader() then return nil, "not the leader" end
-      return true
-    end,
-    on_done = function(ok, err)
-      self._events_task = nil
-      if not ok then log("error", "writing Events raised: " .. errtext(err)) end
-    end })
-  if t then self._events_task = t end
-end
-
--- Leadership changes seen by the loop (the elector's callbacks run inside its task).
-local function follow_leadership(self)
-  local leading = self:is_leader()
-  if leading == self._leading then return leading end
-  self._leading = leading
-  if leading then
-    if not self._elector then return leading end -- the informers' adds queued every key
-    log("info", "leading: every key is enqueued once")
-    for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all(LOW) end
-  else
-    log("warn", "not the leader any more: reconciles and writes stop")
-    cancel_reconciles(self, "leadership lost")
-    local n = self._recorder:discard()
-    if n > 0 then log("info", n .. " queued Event(s) dropped: written by the leader only") end
-  end
-  return leading
 end
 
 --- mgr:step() -> seconds the caller may wait before the next step (0: work is ready) | nil,
@@ -473,66 +283,8 @@ function Manager:step()
   return w, err, code
 end
 
-function Manager:_step()
-  if not self._started then
-    local ok, err, code = self:start()
-    if not ok then return nil, err, code end
-  end
-  local busy = false
-  local sleep = self._sched:step() -- tasks whose calls finished go on
-  for _, inf in ipairs(self._informers) do
-    if not inf:is_stopped() and inf:dispatch(BATCH) >= BATCH then busy = true end
-  end
-  local now = clock.now()
-  local due = math_min(MAX_WAIT, sleep)
-  -- Once every informer synced the manager works on; an informer added later (mgr:informer,
-  -- ctx:get of another resource) holds back only what reads it.
-  if not self._ever_synced then self._ever_synced = self:synced() end
-  local synced = self._ever_synced
-  local el = self._elector
-  if synced and el and not self._stopping then
-    if now >= (self._elector_due or 0) then tick_elector(self) end
-    if not self._elector_task then -- (an attempt in flight wakes the loop when its call ends)
-      due = math_min(due, math_max(0, (self._elector_due or now) - now))
-    end
-  end
-  local leading = synced and follow_leadership(self)
-  if synced and self._shard and not self._stopping then
-    local me = self._shard.identity
-    local changed, sdue = self._shard:update(clock.now(), function(ring, old)
-      cancel_reconciles(self, "keys handed over", function(key) return ring:owner(key) ~= me end)
-      -- the keys this replica takes over: their last owner may have been cut short
-      local function taken(key) return ring:owner(key) == me and old:owner(key) ~= me end
-      for _, name in ipairs(self._order) do self.controllers[name]:enqueue_all(0, taken) end
-    end)
-    if changed then
-      for _, name in ipairs(self._order) do self.controllers[name]:unpark() end
-    end
-    if self._shard.renew_wanted then -- an acknowledgement to publish: no wait for the period
-      self._shard.renew_wanted = false
-      self._elector_due = 0
-      due = 0
-    end
-    self._shard:release_expired(self._sched, self.client, self._guard)
-    due = math_min(due, sdue)
-  end
-  if leading and el then
-    local until_ = el:leading_until()
-    if until_ then due = math_min(due, math_max(0, until_ - clock.now())) end
-  end
-  if leading and not self._stopping and not self._stop_requested then
-    if reconcile_some(self) then busy = true end
-    for _, name in ipairs(self._order) do
-      local c = self.controllers[name]
-      if c.active < c.max_concurrent then due = math_min(due, c.queue:next_due()) end
-    end
-  end
-  if leading then flush_events(self) end
-  housekeeping(self, now)
-  if self._metrics_server then self._metrics_server:step() end
-  if busy then return 0 end
-  return math_max(0, due)
-end
+-- One step's work (kinformer.manager.schedule)
+Manager._step = schedule.step
 
 --- mgr:fds() -> the file descriptors step() has work for when readable (the informers', the
 -- client's finished calls', the metrics server's)
@@ -548,89 +300,17 @@ function Manager:fds()
   return out
 end
 
--- Runs the scheduler until fn() is true or the deadline passed (shutdown only).
-local function drive_until(self, fn, deadline)
-  while not fn() and clock.now() < deadline do
-    local w = self._sched:step()
-    if fn() then break end
-    local left = deadline - clock.now()
-    if left <= 0 then break end
-    core.wait({ self._sched:fd() }, math_min(w, left, 0.05))
-  end
-end
+-- The graceful shutdown (kinformer.manager.lifecycle): at a signal in run, at mgr:stop
+Manager._shut_down = lifecycle.shut_down
 
-function Manager:_shut_down(reason)
-  if self._stopped then return end
-  self._stopping = true
-  cancel_reconciles(self, "shutting down")
-  if self._elector_task then
-    self._sched:cancel(self._elector_task)
-    self._elector_task = nil
-  end
-  for _, name in ipairs(self._order) do self.controllers[name].queue:shut_down() end
-  local deadline = clock.now() + self.grace_period
-  if self:is_leader() then
-    while self._recorder:pending() > 0 and clock.now() < deadline do
-      flush_events(self)
-      drive_until(self, function() return self._events_task == nil end, deadline)
-      if self._recorder:pending() > 0 and self._events_task == nil then
-        break -- nothing written: the server is unreachable
-      end
-    end
-  end
-  if self._events_task then self._sched:cancel(self._events_task) end
-  if self._elector then self._elector:stop() end
-  for _, name in ipairs(self._order) do self.controllers[name]:_shut_down() end
-  for _, inf in ipairs(self._informers) do inf:stop() end
-  if self._metrics_server then self._metrics_server:close() end
-  self._stopped = true
-  self._reason = reason
-  log("info", "stopped (" .. errtext(reason) .. ")")
-end
-
---- mgr:stop([reason]) -> graceful shutdown (see the contract); from inside a reconcile it takes
--- effect when the step ends.
-function Manager:stop(reason)
-  reason = reason or "stopped"
-  if self._in_step then
-    self._stop_requested = self._stop_requested or reason
-    return
-  end
-  self:_shut_down(reason)
-end
+--- mgr:stop([reason]) -> graceful shutdown (see kinformer.manager.lifecycle); from inside a
+-- reconcile it takes effect when the step ends.
+Manager.stop = lifecycle.stop
 
 --- mgr:run{ timeout = seconds } -> reason: "SIGINT" / "SIGTERM", "timeout", "stopped"
 -- (mgr:stop was called), or nil, err when the informers cannot start. Blocks; shuts down
 -- gracefully before it returns.
-function Manager:run(opts)
-  opts = argcheck.options(opts, { timeout = true }, "run")
-  local timeout = argcheck.number(opts, "timeout", "run", math_huge, 0)
-  if self._stopped then return nil, "the manager has stopped" end
-  local ok, err, code = self:start()
-  if not ok then return nil, err, code end
-  local was = core.catch_signals(true)
-  self._catching = true
-  local deadline = clock.now() + timeout
-  local function loop()
-    if self._signal then return self._signal end
-    while true do
-      local w, serr = self:step()
-      if self._stopped then return self._reason end
-      if not w then return nil, serr end
-      if self._signal then return self._signal end
-      local left = deadline - clock.now()
-      if left <= 0 then return "timeout" end
-      local r, sig = core.wait(self:fds(), math_min(w, left))
-      if r == "signal" then return sig end
-    end
-  end
-  local pok, reason, rerr = pcall(loop)
-  self._catching = false
-  if pok and reason then self:_shut_down(reason) end
-  if not was then core.catch_signals(false) end
-  if not pok then error(reason, 0) end
-  return reason, rerr
-end
+Manager.run = lifecycle.run
 
 -- The shard's status with the keys of the primaries this replica owns now.
 function Manager:_shard_status()
@@ -677,6 +357,6 @@ function Manager:status()
            sharding = self._shard and self:_shard_status() or nil }
 end
 
-_M.LOW = LOW
+_M.LOW = schedule.LOW
 
 return _M

@@ -216,7 +216,7 @@ function Shard:update(now, on_target)
     self.ack = self.handovers .. ":" .. target
     published = false
     self.elector:renew_soon()
-    self.renew_wanted = true -- the manager ticks its elector at once (manager.lua)
+    self.renew_wanted = true -- the manager ticks its elector at once (manager/schedule.lua)
     changed = true
   end
   if published ~= self.published then
