@@ -84,19 +84,25 @@ deps:
 
 # The whole suite. Output is kept in $(BUILD)/test-*.log and summed up in one closing line (the
 # re-runs of the core specs under ASan+UBSan, mk/asan-spec.mk, and under valgrind, mk/valgrind.mk,
-# must be clean; each reports one line and is not counted twice).
+# must be clean; each reports one line and is not counted twice). Those two re-runs are
+# independent (their own build, their own servers on free ports) and run side by side.
 test: deps
 	@mkdir -p $(BUILD)
 	@$(MAKE) --no-print-directory all
 	@set -o pipefail 2>/dev/null; rc=0; \
 	$(MAKE) --no-print-directory check-sanitize 2>&1 | tee $(BUILD)/test-c.log || rc=1; \
 	$(MAKE) --no-print-directory test-spec 2>&1 | tee $(BUILD)/test-spec.log || rc=1; \
-	if $(MAKE) --no-print-directory check-spec-asan > $(BUILD)/test-spec-asan.log 2>&1; then \
+	( $(MAKE) --no-print-directory check-spec-asan > $(BUILD)/test-spec-asan.log 2>&1; \
+	  echo $$? > $(BUILD)/test-spec-asan.rc ) & \
+	( $(MAKE) --no-print-directory check-valgrind > $(BUILD)/test-valgrind.log 2>&1; \
+	  echo $$? > $(BUILD)/test-valgrind.rc ) & \
+	wait; \
+	if [ "$$(cat $(BUILD)/test-spec-asan.rc)" = 0 ]; then \
 	    echo "asan+ubsan: the core specs ran clean ($$(grep -o '[0-9]* successes\?' \
 	        $(BUILD)/test-spec-asan.log | tail -1); $(BUILD)/test-spec-asan.log)"; \
 	else rc=1; grep -m1 -A40 'ERROR: AddressSanitizer\|runtime error:' $(BUILD)/test-spec-asan.log \
 	    || tail -40 $(BUILD)/test-spec-asan.log; echo "asan+ubsan: FAILED"; fi; \
-	if $(MAKE) --no-print-directory check-valgrind > $(BUILD)/test-valgrind.log 2>&1; then \
+	if [ "$$(cat $(BUILD)/test-valgrind.rc)" = 0 ]; then \
 	    echo "valgrind: the core specs ran clean ($(BUILD)/test-valgrind.log)"; \
 	else rc=1; tail -40 $(BUILD)/test-valgrind.log; echo "valgrind: FAILED"; fi; \
 	tools/test-summary.sh $(BUILD)/test-c.log $(BUILD)/test-spec.log; exit $$rc

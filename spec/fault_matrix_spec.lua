@@ -3,7 +3,7 @@
 -- (spec/support/history.lua: no duplicate adds, every vanished object got on_delete, maybe as a
 -- tombstone) and status() telling what happened. Scenarios stay small (a few dozen pods) and
 -- use tight backoffs; the outages last OUTAGE seconds and the no-dispatch pause PAUSE seconds
--- (5 s and 30 s by default; KINFORMER_FAULT_OUTAGE / KINFORMER_FAULT_PAUSE override them).
+-- (3 s and 10 s by default; KINFORMER_FAULT_OUTAGE / KINFORMER_FAULT_PAUSE override them).
 local kinformer = require "kinformer"
 local core = require "kinformer.core"
 local socket = require "socket"
@@ -11,8 +11,8 @@ local cjson = require "cjson"
 local fake = require "support.fake_apiserver"
 local history = require "support.history"
 
-local OUTAGE = tonumber(os.getenv("KINFORMER_FAULT_OUTAGE")) or 5
-local PAUSE = tonumber(os.getenv("KINFORMER_FAULT_PAUSE")) or 30
+local OUTAGE = tonumber(os.getenv("KINFORMER_FAULT_OUTAGE")) or 3
+local PAUSE = tonumber(os.getenv("KINFORMER_FAULT_PAUSE")) or 10
 local PODS = "^/api/v1/pods$"
 
 -- ---- helpers ----
@@ -590,7 +590,9 @@ describe("fault matrix", function()
 
   it("no dispatch for " .. PAUSE .. " s while events pile up: memory bounded by what the queue holds, " ..
      "reported in status()", function()
-    local PAD, RATE, KEYS = 3000, 400, 40
+    -- About 36 MB of events whatever PAUSE is (the default pause is short to keep the suite quick).
+    local RATE, KEYS = 400, 40
+    local PAD = math.max(3000, math.floor(36e6 / (RATE * PAUSE)))
     scenario{ pods = KEYS, pad = PAD }
     local count = math.floor(RATE * PAUSE)
     collectgarbage()
