@@ -148,8 +148,11 @@ static int dispatch_protected(lua_State *L)
                     kl_store_unpin(L, 5, swapped); /* the store keeps the borrowed one now */
                 kinf_object_unref(swapped);
             }
+            /* With a mirror the store may hold a borrowed copy of note->obj: nothing to repin. */
             if (note->old != NULL && note->old != note->obj)
-                kl_store_unpin(L, 5, note->old);
+                kl_store_replaced(L, 5, note->old,
+                                  lp->mirror == NULL && note->kind != KINF_EVENT_DELETE
+                                      ? note->obj : NULL);
             if (note->kind == KINF_EVENT_ADD)
                 lp->adds++;
             else if (note->kind == KINF_EVENT_UPDATE)

@@ -52,6 +52,9 @@
 /* Pushes obj's table (nil for NULL). May raise (memory). */
 void kl_push_object(lua_State *L, kinf_object *obj);
 
+/* Pushes the table kl_push_object made for obj if it still lives, else nil: never makes one. */
+void kl_push_made(lua_State *L, kinf_object *obj);
+
 /*
  * Decodes JSON that is valid already (a record's bytes, or a span of them) into the value
  * lua-cjson's decode would make, faster (lua_decode.c), but for kinformer's number rule: on

@@ -112,6 +112,13 @@ kinf_object *kl_record_of(lua_State *L, int idx)
     return b != NULL ? b->obj : NULL; /* the box lives as long as the table */
 }
 
+void kl_push_made(lua_State *L, kinf_object *obj)
+{
+    kl_rawgetp(L, LUA_REGISTRYINDEX, &DECODED_KEY);
+    kl_rawgetp(L, -1, obj);
+    lua_remove(L, -2);
+}
+
 void kl_push_object(lua_State *L, kinf_object *obj)
 {
     int top;

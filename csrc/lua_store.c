@@ -222,16 +222,17 @@ static void push_pinned(lua_State *L, int uv, kinf_object *obj)
     lua_remove(L, -2);
 }
 
-static void unpin(lua_State *L, int uv, kinf_object *obj)
+/* Forgets obj's pinned table and its key; 1 if it had one (it was handed out). */
+static int unpin(lua_State *L, int uv, kinf_object *obj)
 {
     if (obj == NULL)
-        return;
+        return 0;
     lua_rawgeti(L, uv, PINNED);
     kl_rawgetp(L, -1, obj);
     if (lua_isnil(L, -1)) {
         /* Never handed out: nothing pinned, and only keys of pinned records are cached. */
         lua_pop(L, 2);
-        return;
+        return 0;
     }
     lua_pop(L, 1);
     lua_pushnil(L);
@@ -241,12 +242,40 @@ static void unpin(lua_State *L, int uv, kinf_object *obj)
     lua_pushnil(L);
     lua_rawset(L, -3);
     lua_pop(L, 2);
+    return 1;
+}
+
+/*
+ * obj replaced old (a write). old's table goes; when it had been handed out, the key is likely
+ * read again, so the table made for obj during the write (by an index function), if any, is
+ * pinned in its place: the next read hands it out instead of making another one, and the write
+ * leaves one table of garbage instead of two. A record nobody read gets no table pinned.
+ */
+static void replaced(lua_State *L, int uv, kinf_object *old, kinf_object *obj)
+{
+    if (old == obj || !unpin(L, uv, old) || obj == NULL)
+        return;
+    lua_rawgeti(L, uv, PINNED);
+    kl_push_made(L, obj);
+    if (lua_isnil(L, -1))
+        lua_pop(L, 2);
+    else {
+        kl_rawsetp(L, -2, obj);
+        lua_pop(L, 1);
+    }
 }
 
 void kl_store_unpin(lua_State *L, int idx, kinf_object *obj)
 {
     kl_getuservalue(L, idx);
     unpin(L, lua_gettop(L), obj);
+    lua_pop(L, 1);
+}
+
+void kl_store_replaced(lua_State *L, int idx, kinf_object *old, kinf_object *obj)
+{
+    kl_getuservalue(L, idx);
+    replaced(L, lua_gettop(L), old, obj);
     lua_pop(L, 1);
 }
 
@@ -325,10 +354,9 @@ static int add_common(lua_State *L, const char *fname)
     check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
     if (err == KINF_OK || err == KINF_EINDEX) {
-        /* Unpin the replaced record before dropping our reference to it. Neither step can
+        /* Unpin the replaced record (repinning, see replaced) before dropping our reference to it. Neither step can
          * raise short of memory exhaustion; `old` is then leaked, never double-freed. */
-        if (old != obj)
-            unpin(L, uv, old);
+        replaced(L, uv, old, obj);
         kinf_object_unref(old);
         if (kl_record_of(L, 2) == obj) { /* kinformer's table: get hands it out again */
             lua_rawgeti(L, uv, PINNED);

@@ -65,5 +65,8 @@ lua_State *kl_store_set_state(lua_State *L, int idx, lua_State *to);
 /* Forgets the table handed out for obj, a record the informer just replaced or removed from the
  * store, so later reads decode its successor. Call before dropping the last reference to obj. */
 void kl_store_unpin(lua_State *L, int idx, kinf_object *obj);
+/* The same after a write in which obj replaced old: a table of obj made during the write (by an
+ * index function) is pinned in place of old's when old's had been handed out. */
+void kl_store_replaced(lua_State *L, int idx, kinf_object *old, kinf_object *obj);
 
 #endif

@@ -802,5 +802,30 @@ describe("store", function()
       assert.equal(2, deltas[1].object.val)
       assert.is_false(rawequal(t, deltas[1].object))
     end)
+
+    it("a key read before: get after a write hands out the table the index functions read", function()
+      local seen = setmetatable({}, { __mode = "v" }) -- tables the index function read
+      local store = kinformer.store{ indexers = { by_val = function(o)
+        seen[#seen + 1] = o
+        return { tostring(o.val) }
+      end } }
+      assert.is_true(store:add({ metadata = { name = "read" }, val = 1 }))
+      assert.is_true(store:add({ metadata = { name = "unread" }, val = 1 }))
+      assert.equal(1, store:get_by_key("read").val)
+      assert.is_true(store:update({ metadata = { name = "read" }, val = 2 }))
+      local read_at = #seen
+      assert.is_true(store:update({ metadata = { name = "unread" }, val = 3 }))
+      local unread_at = #seen
+      collectgarbage("collect")
+      collectgarbage("collect")
+      -- The store keeps the table of the key read before (and hands it out), not the other.
+      assert.is_table(seen[read_at])
+      assert.is_nil(seen[unread_at])
+      local got = store:get_by_key("read")
+      assert.equal(2, got.val)
+      assert.is_true(rawequal(seen[read_at], got))
+      assert.is_true(rawequal(got, store:by_index("by_val", "2")[1]))
+      assert.equal(3, store:get_by_key("unread").val)
+    end)
   end)
 end)
