@@ -253,17 +253,19 @@ describe("kinformer.ngx.balancer", function()
       end)
 
       it("counts no failure against an endpoint when the client goes away first", function()
-        -- requests to the slow endpoint whose clients close at once: nginx ends them (499)
-        -- while the endpoint is still answering. (The ewma case's wrk left some behind too.)
+        -- requests to the slow endpoint (50 ms) whose clients go away 20 ms after sending: nginx
+        -- ends them (499) while the endpoint is still answering.
         local slow = id(B5, P)
         local size = be:log_size(slow)
-        for _ = 1, 40 do -- on new connections: reuseport spreads them over the workers
-          local c = assert(env.connect(lb.port))
-          c.sock:send("GET / HTTP/1.1\r\nHost: lazy\r\n\r\n")
-          c:close()
+        local clients = {}
+        for i = 1, 40 do -- on new connections: reuseport spreads them over the workers
+          clients[i] = assert(env.connect(lb.port))
+          clients[i].sock:send("GET / HTTP/1.1\r\nHost: lazy\r\n\r\n")
         end
+        sleep(0.02)
+        for _, c in ipairs(clients) do c:close() end
         wait_for(function() local n = #be:log_times(slow, size) return n >= 10, n end, 5,
-          "the requests at the slow endpoint") -- (some end before the balancer connects)
+          "the requests at the slow endpoint")
         local t = now()
         local st = wait_for(function() -- every worker's sample from after the requests
           local st = balancer_status()
