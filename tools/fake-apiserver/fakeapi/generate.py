@@ -86,6 +86,7 @@ class Deployment:
         self.replicas = replicas
         self.hash = random_suffix(rng, 10)
         self.rs_name = "%s-%s" % (name, self.hash)
+        self._names = set()  # pod names drawn so far: never twice
         self.uid, self.rs_uid, self.svc_uid = (str(uuid.UUID(int=rng.getrandbits(128), version=4))
                                                for _ in range(3))
         self.base_time = base_time
@@ -237,7 +238,12 @@ class Deployment:
     def new_pod(self, rt, index, rv, ready=True, name=None):
         """A pod Obj at resourceVersion rv. index spreads pods over nodes and IPs."""
         rng = self.rng
-        name = name or "%s-%s" % (self.rs_name, "".join(rng.choices(_SUFFIX_CHARS, k=5)))
+        if name is None:
+            # A ReplicaSet's pod names are unique: draw again on a collision (1 in 14 M per pair).
+            name = "%s-%s" % (self.rs_name, "".join(rng.choices(_SUFFIX_CHARS, k=5)))
+            while name in self._names:
+                name = "%s-%s" % (self.rs_name, "".join(rng.choices(_SUFFIX_CHARS, k=5)))
+            self._names.add(name)
         node = "node-%02d" % (index % NODES)
         pod_ip = "10.%d.%d.%d" % (64 + index // 65024 % 64, index // 254 % 256, index % 254 + 1)
         h = "%032x" % rng.getrandbits(128)
