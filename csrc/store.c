@@ -163,6 +163,39 @@ static kinf_err compute_all(kinf_store *s, size_t from, size_t to, kinf_object *
     return KINF_OK;
 }
 
+/* Room for a one-value kinf_values on the caller's stack. */
+typedef union values_view {
+    kinf_values vals;
+    unsigned char room[sizeof(kinf_values) + sizeof(kinf_str)];
+} values_view;
+
+/* The values indexer i filed it under (NULL: none, or no item). The namespace index's are not
+ * stored: they are read from the item's record into view. Caller holds write_mu. */
+static const kinf_values *item_values(const kinf_store *s, const item *it, size_t i,
+                                      values_view *view)
+{
+    if (it == NULL)
+        return NULL;
+    if (s->indexers[i]->builtin_ns) {
+        if (it->obj == NULL)
+            return NULL; /* a new item, not filed yet */
+        view->vals.n = 1;
+        view->vals.v[0].ptr = it->obj->namespace_;
+        view->vals.v[0].len = strlen(it->obj->namespace_);
+        return &view->vals;
+    }
+    return i < it->nvalues ? it->values[i] : NULL;
+}
+
+/* How many values an item keeps for indexers [0, n): up to the last one that is not the
+ * namespace index (0 when there is none). */
+static size_t values_len(const kinf_store *s, size_t n)
+{
+    while (n > 0 && s->indexers[n - 1]->builtin_ns)
+        n--;
+    return n;
+}
+
 static void note_index_failure_locked(kinf_store *s, int failed, const char *msg)
 {
     if (!failed)
@@ -182,7 +215,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     char msg[256] = "";
     int failed = 0;
     uint64_t version;
-    size_t n;
+    size_t n, nv;
     kinf_err e;
 
     if (old_out)
@@ -193,6 +226,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     if (e != KINF_OK)
         return e;
     n = s->nindexers;
+    nv = values_len(s, n);
     if (n > 8 && (vals = calloc(n, sizeof(*vals))) == NULL) {
         write_end(s);
         return KINF_ENOMEM;
@@ -202,9 +236,9 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         goto out_nolock;
 
     it = kinf_map_get(&s->items, obj->key, obj->key_len); /* stable: we are the only writer */
-    if (it == NULL || it->nvalues < n) {
+    if (nv > 0 && (it == NULL || it->nvalues < nv)) {
         /* A new item, or one indexed before some indexers existed: size its values array. */
-        item_vals = calloc(n ? n : 1, sizeof(*item_vals));
+        item_vals = calloc(nv, sizeof(*item_vals));
         if (item_vals == NULL) {
             e = KINF_ENOMEM;
             goto out_free_vals;
@@ -220,7 +254,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         fresh->key_len = obj->key_len;
         fresh->obj = NULL;
         fresh->values = item_vals;
-        fresh->nvalues = n;
+        fresh->nvalues = item_vals != NULL ? nv : 0;
         item_vals = NULL;
     }
 
@@ -230,7 +264,8 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     } else {
         size_t i;
         for (i = 0; i < n; i++) {
-            kinf_values *old = (it && i < it->nvalues) ? it->values[i] : NULL;
+            values_view view;
+            const kinf_values *old = item_values(s, it, i, &view);
             if (kinf_values_equal(old, vals[i]))
                 continue;
             if (kinf_indexer_prepare_locked(s->indexers[i], vals[i]) != KINF_OK)
@@ -254,14 +289,16 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         it = fresh;
         (void)kinf_map_put(&s->items, it->key, it->key_len, it);
     } else if (item_vals != NULL) {
-        memcpy(item_vals, it->values, it->nvalues * sizeof(*item_vals));
+        if (it->nvalues > 0)
+            memcpy(item_vals, it->values, it->nvalues * sizeof(*item_vals));
         free(it->values);
         it->values = item_vals;
-        it->nvalues = n;
+        it->nvalues = nv;
         item_vals = NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        kinf_values *old = it->values[i];
+        values_view view;
+        const kinf_values *old = item_values(s, it, i, &view); /* it->obj is still the old one */
         if (kinf_values_equal(old, vals[i])) {
             /* Same values: the key stays where it is, only its object changes. */
             kinf_indexer_touch_locked(s->indexers[i], old, version);
@@ -270,8 +307,12 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         }
         kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, old, vals[i],
                                    version);
-        kinf_values_free(old);
-        it->values[i] = vals[i];
+        if (s->indexers[i]->builtin_ns) {
+            kinf_values_free(vals[i]); /* read from the record from now on */
+        } else {
+            kinf_values_free(it->values[i]);
+            it->values[i] = vals[i];
+        }
     }
     if (old_out)
         *old_out = it->obj;
@@ -314,9 +355,11 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
     it = kinf_map_remove(&s->items, key, len);
     if (it != NULL) {
         uint64_t version = next_version(s);
-        for (size_t i = 0; i < it->nvalues && i < s->nindexers; i++)
-            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, it->values[i],
-                                       NULL, version);
+        for (size_t i = 0; i < s->nindexers; i++) {
+            values_view view;
+            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it,
+                                       item_values(s, it, i, &view), NULL, version);
+        }
         publish_version_locked(s, version);
     }
     pthread_rwlock_unlock(&s->lock);
@@ -337,7 +380,7 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
                               kinf_map *buckets, uint64_t version, int *failed, char *msg,
                               size_t msglen)
 {
-    size_t nix = s->nindexers;
+    size_t nix = s->nindexers, nv = values_len(s, nix);
     kinf_map_slot *sl;
     kinf_err e;
 
@@ -358,16 +401,25 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
         memcpy(it->key, obj->key, obj->key_len + 1);
         it->key_len = obj->key_len;
         it->obj = kinf_object_ref(obj);
-        it->nvalues = nix;
-        it->values = calloc(nix ? nix : 1, sizeof(*it->values));
-        if (it->values == NULL) {
-            item_free(it);
-            return KINF_ENOMEM;
-        }
-        if ((e = compute_all(s, 0, nix, obj, it->values, failed, msg, msglen)) != KINF_OK) {
-            it->nvalues = 0;
-            item_free(it);
-            return e;
+        it->nvalues = 0;
+        it->values = NULL;
+        if (nv > 0) { /* the namespace index's values are read from the record */
+            if ((it->values = calloc(nv, sizeof(*it->values))) == NULL) {
+                item_free(it);
+                return KINF_ENOMEM;
+            }
+            it->nvalues = nv;
+            for (size_t i = 0; i < nv; i++) {
+                kinf_indexer *ix = s->indexers[i];
+                if (ix->builtin_ns)
+                    continue;
+                e = kinf_indexer_compute(ix, ix->fn, ix->ud, obj, &it->values[i], failed, msg,
+                                         msglen);
+                if (e != KINF_OK) {
+                    item_free(it);
+                    return e;
+                }
+            }
         }
         prev = kinf_map_get(items, it->key, it->key_len);
         (void)kinf_map_put(items, it->key, it->key_len, it); /* reserved above */
@@ -378,12 +430,13 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
         tmp.buckets = buckets[i];
         for (size_t j = 0; (sl = kinf_map_next(items, &j)) != NULL;) {
             item *it = sl->value;
-            if ((e = kinf_indexer_prepare_locked(&tmp, it->values[i])) != KINF_OK) {
+            values_view view;
+            const kinf_values *vals = item_values(s, it, i, &view);
+            if ((e = kinf_indexer_prepare_locked(&tmp, vals)) != KINF_OK) {
                 buckets[i] = tmp.buckets;
                 return e;
             }
-            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, it->values[i],
-                                       version);
+            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, vals, version);
         }
         buckets[i] = tmp.buckets;
     }
@@ -529,8 +582,13 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
     s->nindexers = old_n + n;
     publish_version_locked(s, next_version(s));
     for (size_t k = 0; k < nitems; k++) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            if (fresh[i]->builtin_ns) { /* read from the record */
+                kinf_values_free(vals[k][i]);
+                vals[k][i] = NULL;
+            }
             items[k]->values[old_n + i] = vals[k][i];
+        }
         items[k]->nvalues = old_n + n;
         free(vals[k]);
         vals[k] = NULL;
@@ -808,8 +866,9 @@ kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf
     it = kinf_map_get(&s->items, key, len);
     if (it == NULL)
         e = KINF_ENOTFOUND;
-    for (size_t i = 0; it != NULL && i < n && i < it->nvalues && e == KINF_OK; i++) {
-        const kinf_values *v = it->values[i];
+    for (size_t i = 0; it != NULL && i < n && i < s->nindexers && e == KINF_OK; i++) {
+        values_view view;
+        const kinf_values *v = item_values(s, it, i, &view);
         if (v != NULL && (out[i] = kinf_values_new(v->v, v->n)) == NULL)
             e = KINF_ENOMEM;
     }

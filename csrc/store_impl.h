@@ -15,7 +15,10 @@
 
 typedef struct item {
     kinf_object *obj;      /* [lock] one reference */
-    kinf_values **values;  /* [write_mu] per indexer, NULL = none; nvalues may lag nindexers */
+    /* [write_mu] the values each indexer filed it under (NULL = none), nvalues of them (fewer
+     * than the indexers when later ones came since; none while no indexer needs them). The
+     * namespace index keeps none here: its value is the record's namespace, which the key fixes. */
+    kinf_values **values;
     size_t nvalues;        /* [write_mu] */
     size_t key_len;
     char key[];

@@ -521,6 +521,88 @@ static void versions_change_with_what_by_index_returns(void)
     kinf_store_unref(s);
 }
 
+/* Each index's values of key, "index=v1|v2;..." in index order (kinf_store_item_values). */
+static const char *item_values(kinf_store *s, const char *key)
+{
+    static char buf[512];
+    kinf_values *vals[4] = {NULL};
+    size_t n = kinf_store_index_count(s);
+    buf[0] = '\0';
+    CHECK(n <= 4);
+    if (kinf_store_item_values(s, key, strlen(key), vals, n) != KINF_OK)
+        return "(error)";
+    for (size_t i = 0; i < n; i++) {
+        strcat(buf, i ? ";" : "");
+        strcat(buf, kinf_store_index_name(s, i));
+        strcat(buf, "=");
+        for (size_t j = 0; vals[i] != NULL && j < vals[i]->n; j++) {
+            strcat(buf, j ? "|" : "");
+            strncat(buf, vals[i]->v[j].ptr, vals[i]->v[j].len);
+        }
+        kinf_values_free(vals[i]);
+    }
+    return buf;
+}
+
+/* The namespace index keeps no values per item (they come from the records): every write keeps
+ * it right, with and without other indexes, before and after add_indexers and replace. */
+static void namespace_values_come_from_the_records(void)
+{
+    kinf_err err;
+    kinf_store *s = kinf_store_new(1, &err);
+    kinf_indexer_def def = {"by_node", by_node, NULL};
+    kinf_object *objs[2];
+
+    add(s, "a", "p1", "n1");
+    add(s, "b", "p2", "n1");
+    add(s, "a", "p1", "n2"); /* an update */
+    CHECK_STR(keys(s, "namespace", "a"), "a/p1");
+    CHECK_STR(keys(s, "namespace", "b"), "b/p2");
+    CHECK_STR(item_values(s, "a/p1"), "namespace=a");
+    CHECK(kinf_store_delete(s, "b/p2", 4, NULL) == KINF_OK);
+    CHECK_STR(keys(s, "namespace", "b"), "");
+    CHECK(nvalues(s, "namespace") == 1);
+
+    CHECK(kinf_store_add_indexers(s, &def, 1, NULL, 0) == KINF_OK);
+    CHECK_STR(item_values(s, "a/p1"), "namespace=a;by_node=n2");
+    add(s, "a", "p1", "n3");
+    add(s, "c", "p3", "n3");
+    CHECK_STR(item_values(s, "a/p1"), "namespace=a;by_node=n3");
+    CHECK_STR(item_values(s, "c/p3"), "namespace=c;by_node=n3");
+    CHECK_STR(keys(s, "by_node", "n3"), "a/p1,c/p3");
+    CHECK_STR(keys(s, "namespace", "c"), "c/p3");
+    CHECK(kinf_store_delete(s, "c/p3", 4, NULL) == KINF_OK);
+    CHECK_STR(keys(s, "namespace", "c"), "");
+    CHECK_STR(keys(s, "by_node", "n3"), "a/p1");
+
+    objs[0] = mkobj("d", "p4", "n4", "7");
+    objs[1] = mkobj("a", "p1", "", "8");
+    CHECK(kinf_store_replace(s, objs, 2, NULL, 0) == KINF_OK);
+    CHECK_STR(item_values(s, "d/p4"), "namespace=d;by_node=n4");
+    CHECK_STR(item_values(s, "a/p1"), "namespace=a;by_node=");
+    CHECK_STR(keys(s, "namespace", "a"), "a/p1");
+    CHECK_STR(keys(s, "namespace", "d"), "d/p4");
+    CHECK(nvalues(s, "namespace") == 2);
+    add(s, "d", "p4", "n5");
+    CHECK_STR(keys(s, "by_node", "n5"), "d/p4");
+    CHECK_STR(keys(s, "namespace", "d"), "d/p4");
+    for (int i = 0; i < 2; i++)
+        kinf_object_unref(objs[i]);
+    kinf_store_unref(s);
+
+    /* Only the namespace index, through replace too. */
+    s = kinf_store_new(1, &err);
+    objs[0] = mkobj("e", "p5", "n1", "9");
+    CHECK(kinf_store_replace(s, objs, 1, NULL, 0) == KINF_OK);
+    CHECK_STR(item_values(s, "e/p5"), "namespace=e");
+    add(s, "e", "p5", "n2");
+    add(s, "f", "p6", "n2");
+    CHECK_STR(keys(s, "namespace", "e"), "e/p5");
+    CHECK_STR(keys(s, "namespace", "f"), "f/p6");
+    kinf_object_unref(objs[0]);
+    kinf_store_unref(s);
+}
+
 TEST_MAIN(TEST(update_moves_keys_between_values), TEST(delete_removes_from_every_index),
           TEST(failing_index_function_keeps_store_consistent),
           TEST(write_from_index_function_is_refused), TEST(replace_rebuilds_indexes),
@@ -528,4 +610,5 @@ TEST_MAIN(TEST(update_moves_keys_between_values), TEST(delete_removes_from_every
           TEST(index_unions_values_and_rejects_unknown_index), TEST(tombstones_are_not_stored),
           TEST(select_narrows_by_namespace_and_indexes),
           TEST(select_without_the_builtin_namespace_index), TEST(writer_races_readers),
-          TEST(versions_change_with_what_by_index_returns))
+          TEST(versions_change_with_what_by_index_returns),
+          TEST(namespace_values_come_from_the_records))
