@@ -746,11 +746,11 @@ local function run_s5()
   local rc = tonumber(out:match("exit=(%d+)%s*$"))
   if rc ~= 0 then error("S5 failed (exit " .. tostring(rc) .. "):\n" .. out) end
   S5 = { raw = out:gsub("exit=%d+%s*$", ""), names = {} }
-  for line in out:gmatch("[^\n]+") do -- "# configuration: rps of each round"
-    local name, vals = line:match("^# ([^:]+): ([%d ]+)$")
+  for line in out:gmatch("[^\n]+") do -- "# configuration, us per request: nginx CPU of each round"
+    local name, vals = line:match("^# (.-), us per request: ([%d%. ]+)$")
     if name then
       S5.names[#S5.names + 1] = name
-      for x in vals:gmatch("%d+") do add("S5/" .. name, tonumber(x)) end
+      for x in vals:gmatch("[%d%.]+") do add("S5/" .. name, tonumber(x)) end
     end
   end
   if #S5.names == 0 then error("S5: no per-round figures in its output:\n" .. out) end
@@ -1175,13 +1175,14 @@ local function write_page(v, load_start, load_end, chart_note, minutes)
     w("## S5: OpenResty routing overhead")
     w()
     w("`bench/openresty_bench.lua " .. OPT.s5 .. "` (bench/README.md explains the set-up): "
-      .. "wrk against the example router (`examples/openresty`) in both models and against a static "
-      .. "`upstream` block of the same backends. Requests/s per configuration, median (min–max) of the rounds:")
+      .. "wrk against kinformer.ngx.balancer in each model, the example (`examples/openresty`), "
+      .. "the floor of a Lua balancer and static `upstream` blocks of the same backends. nginx "
+      .. "worker CPU per request, median (min–max) of the rounds:")
     w()
-    w("| configuration | requests/s |")
+    w("| configuration | CPU per request, us |")
     w("|---|---:|")
     for _, name in ipairs(S5.names) do
-      w(("| %s | %s |"):format(name, cell("S5/" .. name, "int")))
+      w(("| %s | %s |"):format(name, cell("S5/" .. name, "%.2f")))
     end
     w()
     w("Its own output:")
