@@ -14,25 +14,17 @@
  * drops the entry), so a hit makes no C call at all, which LuaJIT compiles into the caller's
  * trace; any other case (a miss, a key not a string, a bad self, a closed store) calls the C get.
  *
- * Index functions are called by the core during writes (and store:index) on this thread; each
- * call runs inside lua_pcall, so a raising index function can never unwind through the core
- * while it holds its writer lock. Its failure is logged, counted in status(), and returned as
- * the write's second result; the object is stored without that index. store:close from inside
- * one raises (the write in progress still uses the store and the index's ud), failing the index.
+ * Index functions and the methods that add and use them are in lua_store_index.c. store:close
+ * from inside one raises (the write in progress still uses the store and the index's ud),
+ * failing the index.
  * Methods read their arguments (__index may close the store) first and check it is open after.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "lua_kinf.h"
 #include "lua_results.h"
 #include "lua_store.h"
-#include "store.h"
-
-#define KL_STORE_MT "kinformer.store"
-
-/* Integer slots of the uservalue table. */
-enum { PINNED = 1, FNS = 2, RESULTS = 3, KEYS = 4 };
+#include "lua_store_impl.h"
 
 /* Registry key of CACHES: store userdata -> its KEYS table, weak keys, open stores only. */
 static const char CACHES_KEY = 0;
@@ -49,24 +41,8 @@ static void set_cache(lua_State *L, int ud, int keys)
     lua_pop(L, 1);
 }
 
-typedef struct lindex {
-    struct lstore *owner;
-    int slot; /* key in the FNS table */
-} lindex;
-
-typedef struct lstore {
-    kinf_store *store;    /* NULL once closed */
-    lua_State *L;         /* the state of the write in progress (saved/restored if nested) */
-    int fns_ref;          /* registry reference to the FNS table */
-    lindex **indexes;     /* owned; ud of each Lua index function */
-    size_t nindexes;
-    int next_slot;
-    int readonly;         /* an informer's cache: only the informer writes it */
-    int in_index_fn;      /* index functions of this store running now: close is refused */
-} lstore;
-
 /* Raises unless the store is open (again after reading an argument that may run Lua code). */
-static lstore *check_open(lua_State *L, lstore *ls)
+lstore *kl_store_check_open(lua_State *L, lstore *ls)
 {
     if (ls->store == NULL)
         kl_error(L, "kinformer: store is closed");
@@ -74,14 +50,14 @@ static lstore *check_open(lua_State *L, lstore *ls)
 }
 
 /* The open store at 1, self of method fname. */
-static lstore *check_store(lua_State *L, const char *fname)
+lstore *kl_store_self(lua_State *L, const char *fname)
 {
-    return check_open(L, kl_check_self(L, KL_STORE_MT, fname));
+    return kl_store_check_open(L, kl_check_self(L, KL_STORE_MT, fname));
 }
 
 static lstore *check_writable(lua_State *L, const char *fname)
 {
-    lstore *ls = check_store(L, fname);
+    lstore *ls = kl_store_self(L, fname);
     if (ls->readonly)
         luaL_error(L, "kinformer: store:%s: this store is an informer's cache; only the informer "
                       "writes it", fname);
@@ -109,99 +85,14 @@ kinf_store *kl_test_store(lua_State *L, int idx)
 
 kinf_store *kl_check_store(lua_State *L, const char *fname)
 {
-    return check_store(L, fname)->store;
+    return kl_store_self(L, fname)->store;
 }
 
 /* Pushes the uservalue table of the store at index 1 and returns its stack index. */
-static int begin(lua_State *L)
+int kl_store_begin(lua_State *L)
 {
     kl_getuservalue(L, 1);
     return lua_gettop(L);
-}
-
-/* ---- index functions ---- */
-
-typedef struct index_call {
-    lindex *ix;
-    kinf_object *obj;
-    kinf_values *out;
-    char *errbuf;
-    size_t errlen;
-} index_call;
-
-/* Protected: fn(obj) -> list of strings, copied into call->out. */
-static int index_call_protected(lua_State *L)
-{
-    index_call *c = lua_touserdata(L, 1);
-    lstore *ls = c->ix->owner;
-    kinf_str stack_vals[8], *vals = stack_vals;
-    size_t n;
-
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref);
-    lua_rawgeti(L, -1, c->ix->slot);
-    kl_push_object(L, c->obj);
-    lua_call(L, 1, 1);
-    if (lua_isnil(L, -1))
-        return 0;
-    if (!lua_istable(L, -1)) {
-        kinf_errmsg(c->errbuf, c->errlen, "returned a %s, expected a list of strings%s",
-                    luaL_typename(L, -1),
-                    lua_type(L, -1) == LUA_TSTRING ? " (wrap it: { value })" : "");
-        return 0;
-    }
-    n = kl_rawlen(L, -1);
-    if (n > 8) {
-        vals = lua_newuserdata(L, n * sizeof(*vals)); /* collected with the call's stack */
-        lua_insert(L, -2);
-    }
-    for (size_t i = 0; i < n; i++) {
-        lua_rawgeti(L, -1, (int)i + 1);
-        if (lua_type(L, -1) != LUA_TSTRING) {
-            kinf_errmsg(c->errbuf, c->errlen, "value #%d is a %s, expected a string",
-                        (int)i + 1, luaL_typename(L, -1));
-            return 0;
-        }
-        vals[i].ptr = lua_tolstring(L, -1, &vals[i].len);
-        lua_pop(L, 1); /* the string stays alive in the result table */
-    }
-    c->out = kinf_values_new(vals, n);
-    if (c->out == NULL)
-        kinf_errmsg(c->errbuf, c->errlen, "out of memory");
-    return 0;
-}
-
-static kinf_err lua_index_fn(void *ud, kinf_object *obj, kinf_values **out, char *errbuf,
-                             size_t errlen)
-{
-    lindex *ix = ud;
-    lstore *ls = ix->owner; /* lives: close is refused while in_index_fn */
-    lua_State *L = ls->L;
-    index_call c = {ix, obj, NULL, errbuf, errlen};
-    int top = lua_gettop(L), rc;
-
-    *out = NULL;
-    errbuf[0] = '\0';
-    if (!lua_checkstack(L, 8)) {
-        kinf_errmsg(errbuf, errlen, "Lua stack overflow");
-        return KINF_EINDEX;
-    }
-    lua_pushcfunction(L, index_call_protected);
-    lua_pushlightuserdata(L, &c);
-    ls->in_index_fn++;
-    rc = lua_pcall(L, 1, 0, 0);
-    ls->in_index_fn--;
-    if (rc != LUA_OK) {
-        kinf_errmsg(errbuf, errlen, "raised: %s", kl_error_text(L, -1));
-        lua_settop(L, top);
-        return KINF_EINDEX;
-    }
-    lua_settop(L, top);
-    if (errbuf[0]) {
-        kinf_values_free(c.out);
-        return KINF_EINDEX;
-    }
-    *out = c.out;
-    return KINF_OK;
 }
 
 /* ---- results ---- */
@@ -280,7 +171,7 @@ void kl_store_replaced(lua_State *L, int idx, kinf_object *old, kinf_object *obj
 }
 
 /* Pushes an array of the guarded objects' tables (keys when keys_only) and frees them. */
-static int push_objects(lua_State *L, int uv, kl_guard *g, int keys_only)
+int kl_store_push_guarded(lua_State *L, int uv, kl_guard *g, int keys_only)
 {
     lua_createtable(L, (int)g->n, 0);
     for (size_t i = 0; i < g->n; i++) {
@@ -299,14 +190,14 @@ int kl_store_push_objects(lua_State *L, int idx, kl_guard *g, int keys_only)
     int uv;
     kl_getuservalue(L, idx);
     uv = lua_gettop(L);
-    push_objects(L, uv, g, keys_only);
+    kl_store_push_guarded(L, uv, g, keys_only);
     lua_remove(L, uv);
     return 1;
 }
 
 /* Reports a write's outcome: true; or true, message, "EINDEX" when an index function failed
  * (the write went through); or nil, message, code. */
-static int write_result(lua_State *L, const char *fname, kinf_err err, const char *msg)
+int kl_store_write_result(lua_State *L, const char *fname, kinf_err err, const char *msg)
 {
     switch (err) {
     case KINF_OK:
@@ -327,16 +218,6 @@ static int write_result(lua_State *L, const char *fname, kinf_err err, const cha
 
 /* ---- methods ---- */
 
-/* Runs a core write with ls->L set for the index functions it may call; restores it after, so
- * a nested write from a coroutine or another store cannot leave a stale state behind. */
-#define WITH_STATE(ls, L, expr)          \
-    do {                                 \
-        lua_State *saved_ = (ls)->L;     \
-        (ls)->L = (L);                   \
-        expr;                            \
-        (ls)->L = saved_;                \
-    } while (0)
-
 static int add_common(lua_State *L, const char *fname)
 {
     kinf_err code;
@@ -347,11 +228,11 @@ static int add_common(lua_State *L, const char *fname)
     int uv;
 
     lua_settop(L, 2);
-    uv = begin(L); /* 3 */
+    uv = kl_store_begin(L); /* 3 */
     obj = kl_to_object(L, 2, 1, fname, &code, msg, sizeof(msg)); /* may run Lua code */
     if (obj == NULL)
         return kl_fail(L, code, msg);
-    check_open(L, ls);
+    kl_store_check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_add(ls->store, obj, &old, msg, sizeof(msg)));
     if (err == KINF_OK || err == KINF_EINDEX) {
         /* Unpin the replaced record (repinning, see replaced) before dropping our reference to it. Neither step can
@@ -364,7 +245,7 @@ static int add_common(lua_State *L, const char *fname)
             kl_rawsetp(L, -2, obj);
         }
     }
-    return write_result(L, fname, err, msg);
+    return kl_store_write_result(L, fname, err, msg);
 }
 
 static int s_add(lua_State *L)
@@ -388,15 +269,15 @@ static int s_delete(lua_State *L)
     int uv;
 
     lua_settop(L, 2);
-    uv = begin(L);
+    uv = kl_store_begin(L);
     if (!kl_push_key(L, 2, 1, "delete", msg, sizeof(msg)))
         return kl_fail(L, KINF_ENOKEY, msg);
     key = lua_tolstring(L, -1, &len);
-    check_open(L, ls);
+    kl_store_check_open(L, ls);
     err = kinf_store_delete(ls->store, key, len, &old);
     unpin(L, uv, old);
     kinf_object_unref(old);
-    return write_result(L, "delete", err, NULL);
+    return kl_store_write_result(L, "delete", err, NULL);
 }
 
 static int s_replace(lua_State *L)
@@ -413,7 +294,7 @@ static int s_replace(lua_State *L)
         kl_argerror(L, 2, "replace", "resource version string expected, got %s",
                     luaL_typename(L, 3));
     lua_settop(L, 2);
-    begin(L); /* 3 */
+    kl_store_begin(L); /* 3 */
     n = kl_rawlen(L, 2);
     g = kl_push_guard(L); /* 4 */
     g->objs = calloc(n ? n : 1, sizeof(*g->objs));
@@ -436,7 +317,7 @@ static int s_replace(lua_State *L)
         else
             lua_pop(L, 1);
     }
-    check_open(L, ls);
+    kl_store_check_open(L, ls);
     WITH_STATE(ls, L, err = kinf_store_replace(ls->store, g->objs, g->n, msg, sizeof(msg)));
     kl_guard_release(g);
     if (err == KINF_OK || err == KINF_EINDEX) {
@@ -453,7 +334,7 @@ static int s_replace(lua_State *L)
         lua_rawseti(L, -2, KEYS);
         kl_setuservalue(L, 1);
     }
-    return write_result(L, "replace", err, msg);
+    return kl_store_write_result(L, "replace", err, msg);
 }
 
 /* get's slow path: stack 1 store, 2 key (a string), 3 uservalue table, 4 its KEYS table. */
@@ -496,7 +377,7 @@ static int get_key(lua_State *L, lstore *ls)
 
 static int s_get_by_key(lua_State *L)
 {
-    lstore *ls = check_store(L, "get_by_key");
+    lstore *ls = kl_store_self(L, "get_by_key");
     kl_check_lstring(L, 2, 1, "get_by_key", NULL); /* a number becomes its string, in place */
     return get_key(L, ls);
 }
@@ -512,7 +393,7 @@ static lstore *check_store_fast(lua_State *L)
         if (same && ls->store != NULL)
             return ls;
     }
-    return check_store(L, "get"); /* raises: not a store, or closed */
+    return kl_store_self(L, "get"); /* raises: not a store, or closed */
 }
 
 static int s_get(lua_State *L)
@@ -525,25 +406,25 @@ static int s_get(lua_State *L)
     if (!kl_push_key(L, 2, 1, "get", msg, sizeof(msg))) /* may run the argument's Lua code */
         return kl_fail(L, KINF_ENOKEY, msg);
     lua_replace(L, 2);
-    return get_key(L, check_open(L, ls));
+    return get_key(L, kl_store_check_open(L, ls));
 }
 
 static int by_index_common(lua_State *L, const char *fname, int sorted_keys)
 {
-    lstore *ls = check_store(L, fname);
+    lstore *ls = kl_store_self(L, fname);
     int uv;
 
     kl_check_lstring(L, 2, 1, fname, NULL);
     kl_check_lstring(L, 3, 2, fname, NULL);
     lua_settop(L, 3);
-    uv = begin(L); /* 4 */
+    uv = kl_store_begin(L); /* 4 */
     lua_rawgeti(L, uv, RESULTS); /* 5 */
     return kl_results_indexed(L, ls->store, 1, 5, 2, 3, sorted_keys, fname);
 }
 
 int kl_store_push_listed(lua_State *L, int idx, int namespace_idx, int keys_only)
 {
-    kinf_store *s = check_open(L, luaL_checkudata(L, idx, KL_STORE_MT))->store;
+    kinf_store *s = kl_store_check_open(L, luaL_checkudata(L, idx, KL_STORE_MT))->store;
     int cache;
     idx = kl_absindex(L, idx);
     namespace_idx = namespace_idx ? kl_absindex(L, namespace_idx) : 0;
@@ -567,152 +448,16 @@ static int s_index_keys(lua_State *L)
     return by_index_common(L, "index_keys", 1);
 }
 
-static int s_index(lua_State *L)
-{
-    kinf_err code;
-    lstore *ls = check_store(L, "index");
-    const char *index = kl_check_lstring(L, 2, 1, "index", NULL);
-    char msg[320] = "";
-    kinf_object *obj;
-    kl_guard *g;
-    kinf_err err;
-    int uv;
-
-    lua_settop(L, 3);
-    uv = begin(L); /* 4 */
-    if (!kinf_store_has_index(ls->store, index))
-        return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
-    obj = kl_to_object(L, 3, 2, "index", &code, msg, sizeof(msg)); /* 5: box; may run Lua code */
-    if (obj == NULL)
-        return kl_fail(L, code, msg);
-    check_open(L, ls);
-    g = kl_push_guard(L);
-    WITH_STATE(ls, L,
-               err = kinf_store_index(ls->store, index, obj, &g->objs, &g->n, msg, sizeof(msg)));
-    if (err == KINF_ENOTFOUND)
-        return kl_argerror(L, 1, "index", "index '%s' does not exist", index);
-    if (err == KINF_EINDEX)
-        return kl_fail(L, err, lua_pushfstring(L, "index '%s' failed: %s", index, msg));
-    if (err != KINF_OK)
-        return kl_fail(L, err, msg);
-    return push_objects(L, uv, g, 0);
-}
-
-static int s_list_index_func_values(lua_State *L)
-{
-    lstore *ls = check_store(L, "list_index_func_values");
-    const char *index = kl_check_lstring(L, 2, 1, "list_index_func_values", NULL);
-    kl_guard *g = kl_push_guard(L);
-    kinf_values *vals = NULL;
-    kinf_err err = kinf_store_index_values(ls->store, index, &vals);
-
-    if (err != KINF_OK)
-        return kl_fail(L, err, NULL);
-    g->mem = vals;
-    lua_createtable(L, vals ? (int)vals->n : 0, 0);
-    for (size_t i = 0; vals != NULL && i < vals->n; i++) {
-        lua_pushlstring(L, vals->v[i].ptr, vals->v[i].len);
-        lua_rawseti(L, -2, (int)i + 1);
-    }
-    kl_guard_release(g);
-    return 1;
-}
-
-/*
- * Adds the indexers of the table at t ({ name = fn }) on behalf of Lua function fname: true,
- * or the write's failure. Bad names and values raise naming fname's argument #1; a name taken
- * already is nil, msg, "EEXIST" (add_indexers) or an argument error (the store constructor,
- * conflict_raises: its indexers can only clash with its own namespace index).
- */
-static int add_indexers(lua_State *L, lstore *ls, int t, const char *fname, int conflict_raises)
-{
-    kinf_indexer_def *defs;
-    lindex **grown;
-    char msg[320] = "";
-    size_t n = 0, k = 0;
-    int fns;
-    kinf_err err;
-
-    t = kl_absindex(L, t);
-    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
-        if (lua_type(L, -2) != LUA_TSTRING)
-            return kl_argerror(L, 1, fname, "indexer names must be strings, got %s",
-                               luaL_typename(L, -2));
-        if (!lua_isfunction(L, -1))
-            return kl_argerror(L, 1, fname, "indexer '%s' must be a function, got %s",
-                               lua_tostring(L, -2), luaL_typename(L, -1));
-        if (kinf_store_has_index(ls->store, lua_tostring(L, -2))) {
-            const char *what = lua_pushfstring(L, "indexer conflict: %s", lua_tostring(L, -2));
-            if (conflict_raises)
-                return kl_argerror(L, 1, fname, "%s", what);
-            return kl_fail(L, KINF_EEXIST, what);
-        }
-        n++;
-    }
-    if (n == 0) {
-        lua_pushboolean(L, 1);
-        return 1;
-    }
-    /* Userdata-backed scratch: collected if anything below raises. */
-    defs = lua_newuserdata(L, n * sizeof(*defs));
-    grown = realloc(ls->indexes, (ls->nindexes + n) * sizeof(*grown));
-    if (grown == NULL)
-        return kl_fail(L, KINF_ENOMEM, NULL);
-    ls->indexes = grown;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ls->fns_ref);
-    fns = lua_gettop(L);
-    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
-        lindex *ix = malloc(sizeof(*ix));
-        if (ix == NULL)
-            break;
-        ix->owner = ls;
-        ix->slot = ++ls->next_slot;
-        ls->indexes[ls->nindexes + k] = ix;
-        defs[k].name = lua_tostring(L, -2); /* alive: a key of the argument table */
-        defs[k].fn = lua_index_fn;
-        defs[k].ud = ix;
-        lua_pushvalue(L, -1);
-        lua_rawseti(L, fns, ix->slot);
-        k++;
-    }
-    if (k == n) {
-        WITH_STATE(ls, L, err = kinf_store_add_indexers(ls->store, defs, n, msg, sizeof(msg)));
-    } else {
-        lua_settop(L, fns);
-        err = KINF_ENOMEM;
-    }
-    if (err == KINF_OK || err == KINF_EINDEX) {
-        ls->nindexes += n;
-    } else {
-        for (size_t i = 0; i < k; i++) {
-            lua_pushnil(L);
-            lua_rawseti(L, fns, ls->indexes[ls->nindexes + i]->slot);
-            free(ls->indexes[ls->nindexes + i]);
-        }
-        if (err == KINF_EEXIST && conflict_raises)
-            return kl_argerror(L, 1, fname, "%s", msg);
-    }
-    return write_result(L, fname, err, msg);
-}
-
-static int s_add_indexers(lua_State *L)
-{
-    lstore *ls = check_store(L, "add_indexers");
-    kl_check_type(L, 2, 1, "add_indexers", LUA_TTABLE);
-    lua_settop(L, 2);
-    return add_indexers(L, ls, 2, "add_indexers", 0);
-}
-
 static int s_len(lua_State *L)
 {
-    lstore *ls = check_store(L, "len");
+    lstore *ls = kl_store_self(L, "len");
     lua_pushinteger(L, (lua_Integer)kinf_store_len(ls->store));
     return 1;
 }
 
 static int s_status(lua_State *L)
 {
-    lstore *ls = check_store(L, "status");
+    lstore *ls = kl_store_self(L, "status");
     char last[256];
     unsigned long errors = kinf_store_index_errors(ls->store, last, sizeof(last));
     lua_createtable(L, 0, 3);
@@ -816,7 +561,7 @@ int kl_new_store(lua_State *L)
         lua_pushliteral(L, "indexers");
         lua_rawget(L, 1); /* raw, as the options were checked */
         if (lua_istable(L, -1)) {
-            int rc = add_indexers(L, ls, -1, "store", 1);
+            int rc = kl_store_add_indexer_table(L, ls, -1, "store", 1);
             if (!lua_toboolean(L, -rc))
                 return rc;
         }
@@ -844,9 +589,9 @@ static const luaL_Reg METHODS[] = {
     {"list_keys", kl_store_list_keys},
     {"by_index", s_by_index},
     {"index_keys", s_index_keys},
-    {"index", s_index},
-    {"list_index_func_values", s_list_index_func_values},
-    {"add_indexers", s_add_indexers},
+    {"index", kl_store_index},
+    {"list_index_func_values", kl_store_list_index_func_values},
+    {"add_indexers", kl_store_add_indexers},
     {"len", s_len},
     {"status", s_status},
     {"close", s_close},

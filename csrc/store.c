@@ -2,9 +2,11 @@
  * store.c - thread-safe indexed store (contract in store.h).
  *
  * Layout (store_impl.h): `items` maps key -> item; each indexer (index.c) maps value -> bucket,
- * a bucket maps key -> item. Filtered reads are in store_select.c.
+ * a bucket maps key -> item. This file has the writes; the reads are in store_read.c, filtered
+ * reads in store_select.c.
  * An item owns its key bytes (the maps point at them) and remembers, per indexer, the values it
- * was indexed under, so an update never has to call an index function on the old object.
+ * was indexed under, so an update never has to call an index function on the old object (the
+ * namespace index's value is read from the item's record instead: the key fixes it).
  *
  * Every write runs in two steps under the data lock: prepare (all allocations: new buckets, room
  * in maps) and commit (pointer moves that cannot fail). A failed prepare sweeps away the empty
@@ -163,30 +165,6 @@ static kinf_err compute_all(kinf_store *s, size_t from, size_t to, kinf_object *
     return KINF_OK;
 }
 
-/* Room for a one-value kinf_values on the caller's stack. */
-typedef union values_view {
-    kinf_values vals;
-    unsigned char room[sizeof(kinf_values) + sizeof(kinf_str)];
-} values_view;
-
-/* The values indexer i filed it under (NULL: none, or no item). The namespace index's are not
- * stored: they are read from the item's record into view. Caller holds write_mu. */
-static const kinf_values *item_values(const kinf_store *s, const item *it, size_t i,
-                                      values_view *view)
-{
-    if (it == NULL)
-        return NULL;
-    if (s->indexers[i]->builtin_ns) {
-        if (it->obj == NULL)
-            return NULL; /* a new item, not filed yet */
-        view->vals.n = 1;
-        view->vals.v[0].ptr = it->obj->namespace_;
-        view->vals.v[0].len = strlen(it->obj->namespace_);
-        return &view->vals;
-    }
-    return i < it->nvalues ? it->values[i] : NULL;
-}
-
 /* How many values an item keeps for indexers [0, n): up to the last one that is not the
  * namespace index (0 when there is none). */
 static size_t values_len(const kinf_store *s, size_t n)
@@ -264,8 +242,8 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     } else {
         size_t i;
         for (i = 0; i < n; i++) {
-            values_view view;
-            const kinf_values *old = item_values(s, it, i, &view);
+            kinf_values_view view;
+            const kinf_values *old = kinf_item_values(s, it, i, &view);
             if (kinf_values_equal(old, vals[i]))
                 continue;
             if (kinf_indexer_prepare_locked(s->indexers[i], vals[i]) != KINF_OK)
@@ -297,8 +275,9 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         item_vals = NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        values_view view;
-        const kinf_values *old = item_values(s, it, i, &view); /* it->obj is still the old one */
+        kinf_values_view view;
+        /* it->obj is still the old record here */
+        const kinf_values *old = kinf_item_values(s, it, i, &view);
         if (kinf_values_equal(old, vals[i])) {
             /* Same values: the key stays where it is, only its object changes. */
             kinf_indexer_touch_locked(s->indexers[i], old, version);
@@ -356,9 +335,9 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
     if (it != NULL) {
         uint64_t version = next_version(s);
         for (size_t i = 0; i < s->nindexers; i++) {
-            values_view view;
+            kinf_values_view view;
             kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it,
-                                       item_values(s, it, i, &view), NULL, version);
+                                       kinf_item_values(s, it, i, &view), NULL, version);
         }
         publish_version_locked(s, version);
     }
@@ -430,8 +409,8 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
         tmp.buckets = buckets[i];
         for (size_t j = 0; (sl = kinf_map_next(items, &j)) != NULL;) {
             item *it = sl->value;
-            values_view view;
-            const kinf_values *vals = item_values(s, it, i, &view);
+            kinf_values_view view;
+            const kinf_values *vals = kinf_item_values(s, it, i, &view);
             if ((e = kinf_indexer_prepare_locked(&tmp, vals)) != KINF_OK) {
                 buckets[i] = tmp.buckets;
                 return e;
@@ -632,256 +611,7 @@ void kinf_store_detach_index_functions(kinf_store *s)
         pthread_mutex_unlock(&s->write_mu);
 }
 
-/* ---- reads ---- */
-
-kinf_object *kinf_store_get(kinf_store *s, const char *key, size_t len)
-{
-    kinf_object *obj = NULL;
-    item *it;
-    pthread_rwlock_rdlock(&s->lock);
-    it = kinf_map_get(&s->items, key, len);
-    if (it != NULL)
-        obj = kinf_object_ref(it->obj);
-    pthread_rwlock_unlock(&s->lock);
-    return obj;
-}
-
-uint64_t kinf_store_version(kinf_store *s)
-{
-    return atomic_load_explicit(&s->version, memory_order_acquire);
-}
-
-kinf_err kinf_store_index_version(kinf_store *s, const char *index, const char *value, size_t len,
-                                  uint64_t *out)
-{
-    kinf_indexer *ix;
-    pthread_rwlock_rdlock(&s->lock);
-    ix = kinf_store_find_indexer_locked(s, index);
-    *out = ix ? kinf_indexer_version_locked(ix, value, len) : 0;
-    pthread_rwlock_unlock(&s->lock);
-    return ix ? KINF_OK : KINF_ENOTFOUND;
-}
-
-size_t kinf_store_len(kinf_store *s)
-{
-    size_t n;
-    pthread_rwlock_rdlock(&s->lock);
-    n = s->items.count;
-    pthread_rwlock_unlock(&s->lock);
-    return n;
-}
-
-/* Copies the objects of a key -> item map into a new array of references. */
-static kinf_err collect_locked(const kinf_map *m, kinf_object ***out, size_t *n)
-{
-    kinf_map_slot *sl;
-    size_t k = 0;
-    kinf_object **arr = malloc((m->count ? m->count : 1) * sizeof(*arr));
-    if (arr == NULL)
-        return KINF_ENOMEM;
-    for (size_t i = 0; (sl = kinf_map_next(m, &i)) != NULL;)
-        arr[k++] = kinf_object_ref(((item *)sl->value)->obj);
-    *out = arr;
-    *n = k;
-    return KINF_OK;
-}
-
-kinf_err kinf_store_list(kinf_store *s, kinf_object ***out, size_t *n)
-{
-    kinf_err e;
-    pthread_rwlock_rdlock(&s->lock);
-    e = collect_locked(&s->items, out, n);
-    pthread_rwlock_unlock(&s->lock);
-    return e;
-}
-
-kinf_indexer *kinf_store_find_indexer_locked(kinf_store *s, const char *name)
-{
-    for (size_t i = 0; i < s->nindexers; i++) {
-        if (strcmp(s->indexers[i]->name, name) == 0)
-            return s->indexers[i];
-    }
-    return NULL;
-}
-
-int kinf_store_has_index(kinf_store *s, const char *index)
-{
-    int has;
-    pthread_rwlock_rdlock(&s->lock);
-    has = kinf_store_find_indexer_locked(s, index) != NULL;
-    pthread_rwlock_unlock(&s->lock);
-    return has;
-}
-
-kinf_err kinf_store_by_index(kinf_store *s, const char *index, const char *value, size_t len,
-                             kinf_object ***out, size_t *n)
-{
-    static const kinf_map empty;
-    const kinf_map *keys;
-    kinf_indexer *ix;
-    kinf_err e;
-
-    pthread_rwlock_rdlock(&s->lock);
-    ix = kinf_store_find_indexer_locked(s, index);
-    if (ix == NULL) {
-        pthread_rwlock_unlock(&s->lock);
-        return KINF_ENOTFOUND;
-    }
-    keys = kinf_indexer_keys_locked(ix, value, len);
-    e = collect_locked(keys ? keys : &empty, out, n);
-    pthread_rwlock_unlock(&s->lock);
-    return e;
-}
-
-static int by_key(const void *a, const void *b)
-{
-    const kinf_object *x = *(kinf_object *const *)a, *y = *(kinf_object *const *)b;
-    return strcmp(x->key, y->key);
-}
-
-kinf_err kinf_store_index_keys(kinf_store *s, const char *index, const char *value, size_t len,
-                               kinf_object ***out, size_t *n)
-{
-    kinf_err e = kinf_store_by_index(s, index, value, len, out, n);
-    if (e == KINF_OK && *n > 1)
-        qsort(*out, *n, sizeof(**out), by_key);
-    return e;
-}
-
-kinf_err kinf_store_index(kinf_store *s, const char *index, kinf_object *obj, kinf_object ***out,
-                          size_t *n, char *errbuf, size_t errlen)
-{
-    kinf_values *vals = NULL;
-    kinf_index_fn fn;
-    void *ud;
-    kinf_indexer *ix;
-    int failed = 0;
-    kinf_map seen;
-    kinf_object **arr = NULL;
-    size_t k = 0, cap = 0;
-    kinf_err e;
-
-    pthread_rwlock_rdlock(&s->lock);
-    ix = kinf_store_find_indexer_locked(s, index);
-    fn = ix ? ix->fn : NULL;
-    ud = ix ? ix->ud : NULL;
-    pthread_rwlock_unlock(&s->lock);
-    if (ix == NULL)
-        return KINF_ENOTFOUND;
-    if (obj == NULL || kinf_object_is_tombstone(obj))
-        return KINF_EINVAL;
-    /* Indexers are never freed before the store, so ix stays valid unlocked. */
-    e = kinf_indexer_compute(ix, fn, ud, obj, &vals, &failed, errbuf, errlen);
-    if (e != KINF_OK)
-        return e;
-    if (failed)
-        return KINF_EINDEX;
-    kinf_map_init(&seen);
-    pthread_rwlock_rdlock(&s->lock);
-    for (size_t i = 0; vals != NULL && i < vals->n && e == KINF_OK; i++) {
-        const kinf_map *keys = kinf_indexer_keys_locked(ix, vals->v[i].ptr, vals->v[i].len);
-        kinf_map_slot *sl;
-        if (keys == NULL)
-            continue;
-        for (size_t j = 0; (sl = kinf_map_next(keys, &j)) != NULL;) {
-            item *it = sl->value;
-            if (kinf_map_get(&seen, it->key, it->key_len) != NULL)
-                continue;
-            if (k == cap) {
-                size_t ncap = cap ? cap * 2 : 16;
-                kinf_object **grown = realloc(arr, ncap * sizeof(*grown));
-                if (grown == NULL) {
-                    e = KINF_ENOMEM;
-                    break;
-                }
-                arr = grown;
-                cap = ncap;
-            }
-            if (kinf_map_put(&seen, it->key, it->key_len, it) != KINF_OK) {
-                e = KINF_ENOMEM;
-                break;
-            }
-            arr[k++] = kinf_object_ref(it->obj);
-        }
-    }
-    pthread_rwlock_unlock(&s->lock);
-    kinf_map_free(&seen);
-    kinf_values_free(vals);
-    if (e != KINF_OK) {
-        kinf_objects_free(arr, k);
-        return e;
-    }
-    if (arr == NULL && (arr = malloc(sizeof(*arr))) == NULL)
-        return KINF_ENOMEM;
-    *out = arr;
-    *n = k;
-    return KINF_OK;
-}
-
-kinf_err kinf_store_index_values(kinf_store *s, const char *index, kinf_values **out)
-{
-    kinf_indexer *ix;
-    kinf_err e = KINF_OK;
-
-    *out = NULL;
-    pthread_rwlock_rdlock(&s->lock);
-    ix = kinf_store_find_indexer_locked(s, index);
-    if (ix != NULL) /* an unknown index has no values (client-go's ListIndexFuncValues) */
-        e = kinf_indexer_values_locked(ix, out);
-    pthread_rwlock_unlock(&s->lock);
-    return e;
-}
-
-size_t kinf_store_index_count(kinf_store *s)
-{
-    size_t n;
-    pthread_rwlock_rdlock(&s->lock);
-    n = s->nindexers;
-    pthread_rwlock_unlock(&s->lock);
-    return n;
-}
-
-const char *kinf_store_index_name(kinf_store *s, size_t i)
-{
-    const char *name = NULL;
-    pthread_rwlock_rdlock(&s->lock);
-    if (i < s->nindexers)
-        name = s->indexers[i]->name; /* indexers live as long as the store */
-    pthread_rwlock_unlock(&s->lock);
-    return name;
-}
-
-kinf_err kinf_store_item_values(kinf_store *s, const char *key, size_t len, kinf_values **out,
-                                size_t n)
-{
-    kinf_err e = KINF_OK;
-    item *it;
-
-    for (size_t i = 0; i < n; i++)
-        out[i] = NULL;
-    /* item->values are written under write_mu; the writer is the caller's thread or waits. */
-    if (pthread_mutex_lock(&s->write_mu) != 0)
-        return KINF_EBUSY;
-    pthread_rwlock_rdlock(&s->lock);
-    it = kinf_map_get(&s->items, key, len);
-    if (it == NULL)
-        e = KINF_ENOTFOUND;
-    for (size_t i = 0; it != NULL && i < n && i < s->nindexers && e == KINF_OK; i++) {
-        values_view view;
-        const kinf_values *v = item_values(s, it, i, &view);
-        if (v != NULL && (out[i] = kinf_values_new(v->v, v->n)) == NULL)
-            e = KINF_ENOMEM;
-    }
-    pthread_rwlock_unlock(&s->lock);
-    pthread_mutex_unlock(&s->write_mu);
-    if (e != KINF_OK) {
-        for (size_t i = 0; i < n; i++) {
-            kinf_values_free(out[i]);
-            out[i] = NULL;
-        }
-    }
-    return e;
-}
+/* ---- a record swapped for an equal one ---- */
 
 kinf_err kinf_store_swap_record(kinf_store *s, kinf_object *obj, kinf_object **old_out)
 {
@@ -903,14 +633,4 @@ kinf_err kinf_store_swap_record(kinf_store *s, kinf_object *obj, kinf_object **o
     pthread_rwlock_unlock(&s->lock);
     write_end(s);
     return e;
-}
-
-unsigned long kinf_store_index_errors(kinf_store *s, char *buf, size_t len)
-{
-    unsigned long n;
-    pthread_rwlock_rdlock(&s->lock);
-    n = s->index_errors;
-    kinf_errmsg(buf, len, "%s", s->last_index_error);
-    pthread_rwlock_unlock(&s->lock);
-    return n;
 }

@@ -87,7 +87,7 @@ build = {
     ["kinformer.testing"] = "lua/kinformer/testing.lua",
     ["kinformer.core"] = {
       sources = {
-        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/ring.c", "csrc/index.c", "csrc/store.c", "csrc/store_select.c",
+        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/ring.c", "csrc/index.c", "csrc/store.c", "csrc/store_read.c", "csrc/store_select.c",
         "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c", "csrc/call.c",
         "csrc/reflector.c", "csrc/reflector_list.c", "csrc/reflector_watch.c",
@@ -99,7 +99,7 @@ build = {
         "csrc/shm_store.c", "csrc/shm_index.c", "csrc/shm_recover.c",
         "csrc/lua_core.c", "csrc/lua_object.c", "csrc/lua_lazy.c", "csrc/lua_guard.c", "csrc/lua_decode.c",
         "csrc/lua_encode.c",
-        "csrc/lua_store.c", "csrc/lua_store_query.c", "csrc/lua_results.c",
+        "csrc/lua_store.c", "csrc/lua_store_index.c", "csrc/lua_store_query.c", "csrc/lua_results.c",
         "csrc/lua_fifo.c", "csrc/lua_client.c", "csrc/lua_call.c", "csrc/lua_ring.c",
         "csrc/lua_informer.c", "csrc/lua_shared.c", "csrc/lua_shared_reader.c",
         "csrc/lua_shared_poll.c",
