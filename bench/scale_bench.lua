@@ -240,11 +240,12 @@ local function run_child(...)
   if not (r.sync_s) then error(("child failed: %s\n%s"):format(cmd, line)) end
   return r
 end
-local function best_child(...)
+-- The fastest of RUNS children by field `by` (sync_s, or ev_cpu for a burst).
+local function best_child(by, ...)
   local best
   for _ = 1, RUNS do
     local r = run_child(...)
-    if not best or r.sync_s < best.sync_s then best = r end
+    if not best or (r[by] or math.huge) < (best[by] or math.huge) then best = r end
   end
   return best
 end
@@ -294,8 +295,8 @@ if parts.growth then
     local rec = record("--configmaps " .. n, "/api/v1/configmaps", dir, ev)
     local rep = start("python3 bench/list_replay.py serve " .. dir)
     local fl = curl_floor(dir, rep.line)
-    local r = best_child("sync", rep.line, "configmaps", ev, "held")
-    local free = ev > 0 and best_child("sync", rep.line, "configmaps", ev, "free") or nil
+    local r = best_child("sync_s", "sync", rep.line, "configmaps", ev, "held")
+    local free = ev > 0 and best_child("ev_cpu", "sync", rep.line, "configmaps", ev, "free") or nil
     stop(rep)
     assert(r.objects == n, ("synced %s objects of %d"):format(r.objects, n))
     assert(r.events == ev, ("%s events of %d"):format(r.events, ev))
@@ -354,7 +355,7 @@ if parts.floor then
   local rec = record("--pods " .. n, "/api/v1/pods", dir)
   local rep = start("python3 bench/list_replay.py serve " .. dir)
   local fl = curl_floor(dir, rep.line)
-  local r = best_child("sync", rep.line, "pods")
+  local r = best_child("sync_s", "sync", rep.line, "pods")
   stop(rep)
   local gb = rec.bytes / 1e9
   local cpu = r.cpu_lua + r.cpu_io + r.cpu_scan
