@@ -512,6 +512,35 @@ describe("shared informer", function()
       assert.are_not.equal(a, store:get("default/a"))
     end)
 
+    it("after an update of an object that was read, get hands out the table the index function " ..
+       "and the handlers got; an object nobody read keeps none", function()
+      create(srv, "default", "read")
+      create(srv, "default", "unread")
+      local seen = setmetatable({}, { __mode = "v" }) -- what the index function read, by name
+      local handled = setmetatable({}, { __mode = "v" })
+      local inf = track(new_informer{})
+      assert(inf:add_indexers{ by_app = function(p)
+        seen[p.metadata.name] = p
+        return { p.metadata.labels.app }
+      end })
+      inf:add_handler{ on_update = function(_, new) handled[new.metadata.name] = new end }
+      assert(inf:start())
+      assert(inf:wait_for_sync(5))
+      local store = inf:store()
+      assert.equal("web", store:get("default/read").metadata.labels.app)
+      patch(srv, "default", "read", { app = "v2" })
+      patch(srv, "default", "unread", { app = "v2" })
+      assert.is_true(pump(inf, 5, function() return #store:index_keys("by_app", "v2") == 2 end))
+      collectgarbage("collect")
+      collectgarbage("collect")
+      assert.is_table(seen.read)
+      assert.is_nil(seen.unread) -- not kept: nobody had read it
+      local got = store:get("default/read")
+      assert.equal("v2", got.metadata.labels.app)
+      assert.is_true(rawequal(seen.read, got))
+      assert.is_true(rawequal(handled.read, got))
+    end)
+
     it("metadata is lazy too: name and namespace from the record, the rest on first read", function()
       local note = 'say "hi" \\ caf\u{e9}'
       local code = srv:request("POST", "/api/v1/namespaces/default/pods", {
