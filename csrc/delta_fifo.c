@@ -26,7 +26,8 @@
 typedef struct entry {
     kinf_deltas deltas;
     size_t bytes;       /* kinf_object_size of every delta's record */
-    size_t key_len;
+    uint32_t key_len;
+    uint32_t hash;      /* kinf_key_hash of key */
     char key[];
 } entry;
 
@@ -259,7 +260,7 @@ static void count_out_locked(kinf_fifo *f, const entry *e)
 /* queueActionLocked: appends {type, obj} to obj's key, queueing the key if it is new. */
 static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_object *obj)
 {
-    entry *e = kinf_map_get(&f->items, obj->key, obj->key_len);
+    entry *e = kinf_map_get_h(&f->items, obj->key, obj->key_len, obj->hash);
     kinf_deltas *d;
     size_t size;
 
@@ -271,11 +272,13 @@ static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_obj
             return KINF_ENOMEM;
         memcpy(e->key, obj->key, obj->key_len + 1);
         e->key_len = obj->key_len;
+        e->hash = obj->hash;
         e->deltas.v = malloc(2 * sizeof(kinf_delta));
         e->deltas.n = 0;
         e->deltas.cap = 2;
         e->bytes = 0;
-        if (e->deltas.v == NULL || kinf_map_put(&f->items, e->key, e->key_len, e) != KINF_OK) {
+        if (e->deltas.v == NULL ||
+            kinf_map_put_h(&f->items, e->key, e->key_len, e->hash, e) != KINF_OK) {
             free(e->deltas.v);
             free(e);
             return KINF_ENOMEM;
@@ -372,13 +375,16 @@ static kinf_err queue_tombstone_locked(kinf_fifo *f, const char *key, size_t len
     return err;
 }
 
+/* How many keys ahead a loop over many keys asks the cache for their slots (prefetch). */
+#define AHEAD 8
+
 /* The listed keys as a set, for deletion detection against what was queued before. */
 static kinf_err listed_keys(kinf_map *keys, kinf_object *const *objs, size_t n)
 {
     if (kinf_map_reserve(keys, n) != KINF_OK)
         return KINF_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        (void)kinf_map_put(keys, objs[i]->key, objs[i]->key_len, objs[i]); /* reserved */
+        (void)kinf_map_put_h(keys, objs[i]->key, objs[i]->key_len, objs[i]->hash, objs[i]);
     return KINF_OK;
 }
 
@@ -397,6 +403,12 @@ kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, con
         if (objs[i] == NULL || kinf_object_is_tombstone(objs[i]))
             return KINF_EINVAL;
     }
+    /* The known objects will take these keys one pop at a time: room for all of them now
+     * saves their map the doublings (a rehash each, into fresh pages) on the way. Best effort:
+     * without it, the adds grow the map as they go. Not under our lock (the order is FIFO lock
+     * -> store), so a pop in progress is not held up by it. */
+    if (f->known != NULL)
+        (void)kinf_store_reserve(f->known, n);
     kinf_map_init(&keys);
     if ((err = lock(f)) != KINF_OK)
         return err;
@@ -427,14 +439,22 @@ kinf_err kinf_fifo_replace(kinf_fifo *f, kinf_object *const *objs, size_t n, con
     }
     for (size_t i = 0; i < f->count; i++) {
         entry *e = f->ring[(f->head + i) % f->cap];
-        if (kinf_map_get(&keys, e->key, e->key_len) == NULL)
+        if (kinf_map_get_h(&keys, e->key, e->key_len, e->hash) == NULL)
             queued[nqueued++] = kinf_object_ref(kinf_deltas_newest(&e->deltas));
     }
     /* Room for every listed key at once, rather than doubling (and rehashing) on the way. */
     if ((err = kinf_map_reserve(&f->items, n)) != KINF_OK)
         goto out;
-    for (size_t i = 0; i < n && err == KINF_OK; i++)
+    for (size_t i = 0; i < n && err == KINF_OK; i++) {
+        /* A list's records were made on another thread and a big map's slots are cache misses:
+         * fetch the record of the key 2 * AHEAD on and the slot of the one AHEAD on, so the
+         * misses of several keys overlap. */
+        if (i + 2 * AHEAD < n)
+            __builtin_prefetch(objs[i + 2 * AHEAD]);
+        if (i + AHEAD < n)
+            kinf_map_prefetch(&f->items, objs[i + AHEAD]->hash);
         err = queue_action_locked(f, action, objs[i]);
+    }
     if (err != KINF_OK)
         goto out;
     listed = have_keys ? keys.count : f->count; /* distinct listed keys */
@@ -516,7 +536,7 @@ static void release_idle_locked(kinf_fifo *f)
 /* Puts a popped entry back at the tail; cannot allocate (pop freed a ring and a map slot). */
 static void requeue_locked(kinf_fifo *f, entry *e)
 {
-    (void)kinf_map_put(&f->items, e->key, e->key_len, e);
+    (void)kinf_map_put_h(&f->items, e->key, e->key_len, e->hash, e);
     ring_push_locked(f, e);
     count_in_locked(f, e);
     if (f->count == 1)
@@ -548,6 +568,23 @@ static kinf_err wait_locked(kinf_fifo *f, double timeout)
     return KINF_OK;
 }
 
+/* Every AHEAD pops of a long queue: asks the cache for the entries 2 * AHEAD on, and for the
+ * slots (ours and the known store's) of the AHEAD keys after the next AHEAD, whose entries the
+ * previous call fetched. Pops of a list's keys then find them in the cache. */
+static void look_ahead_locked(kinf_fifo *f)
+{
+    uint32_t hashes[AHEAD];
+
+    for (size_t k = 2 * AHEAD; k < 3 * AHEAD; k++)
+        __builtin_prefetch(f->ring[(f->head + k) % f->cap]);
+    for (size_t k = 0; k < AHEAD; k++) {
+        hashes[k] = f->ring[(f->head + AHEAD + k) % f->cap]->hash;
+        kinf_map_prefetch(&f->items, hashes[k]);
+    }
+    if (f->known != NULL)
+        kinf_store_prefetch(f->known, hashes, AHEAD);
+}
+
 kinf_err kinf_fifo_pop(kinf_fifo *f, double timeout, kinf_fifo_process_fn process, void *ud,
                        kinf_deltas *out, int *is_initial)
 {
@@ -568,18 +605,20 @@ kinf_err kinf_fifo_pop(kinf_fifo *f, double timeout, kinf_fifo_process_fn proces
         return KINF_ECLOSED;
     }
     initial = !has_synced_locked(f);
+    if (f->count > 3 * AHEAD && f->head % AHEAD == 0)
+        look_ahead_locked(f);
     e = f->ring[f->head];
     f->head = (f->head + 1) % f->cap;
     f->count--;
     if (f->initial_count > 0)
         f->initial_count--;
-    kinf_map_remove(&f->items, e->key, e->key_len);
+    kinf_map_remove_h(&f->items, e->key, e->key_len, e->hash);
     count_out_locked(f, e);
     if (process != NULL)
         rc = process(ud, &e->deltas, initial);
     if (rc == KINF_FIFO_REQUEUE) {
         rc = KINF_OK;
-        if (kinf_map_get(&f->items, e->key, e->key_len) == NULL) {
+        if (kinf_map_get_h(&f->items, e->key, e->key_len, e->hash) == NULL) {
             /* The queue keeps the entry; the caller gets a copy. */
             if (deltas_copy(&e->deltas, out) != KINF_OK)
                 rc = KINF_ENOMEM;
@@ -610,7 +649,7 @@ kinf_err kinf_fifo_add_if_not_present(kinf_fifo *f, const kinf_deltas *deltas)
     if ((err = lock(f)) != KINF_OK)
         return err;
     f->populated = 1;
-    if (kinf_map_get(&f->items, newest->key, newest->key_len) != NULL)
+    if (kinf_map_get_h(&f->items, newest->key, newest->key_len, newest->hash) != NULL)
         goto out;
     err = KINF_ENOMEM;
     if (ring_reserve_locked(f, f->count + 1) != KINF_OK)
@@ -620,6 +659,7 @@ kinf_err kinf_fifo_add_if_not_present(kinf_fifo *f, const kinf_deltas *deltas)
         goto out;
     memcpy(e->key, newest->key, newest->key_len + 1);
     e->key_len = newest->key_len;
+    e->hash = newest->hash;
     if (deltas_copy(deltas, &e->deltas) != KINF_OK) {
         free(e);
         goto out;
@@ -627,7 +667,7 @@ kinf_err kinf_fifo_add_if_not_present(kinf_fifo *f, const kinf_deltas *deltas)
     e->bytes = 0;
     for (size_t i = 0; i < e->deltas.n; i++)
         e->bytes += kinf_object_size(e->deltas.v[i].obj);
-    if (kinf_map_put(&f->items, e->key, e->key_len, e) != KINF_OK) {
+    if (kinf_map_put_h(&f->items, e->key, e->key_len, e->hash, e) != KINF_OK) {
         kinf_deltas_clear(&e->deltas);
         free(e);
         goto out;

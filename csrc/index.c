@@ -127,12 +127,12 @@ kinf_err kinf_indexer_prepare_locked(kinf_indexer *ix, const kinf_values *vals)
 }
 
 static void drop_key_locked(kinf_indexer *ix, const kinf_str *value, const char *key,
-                            size_t key_len, uint64_t version)
+                            size_t key_len, uint32_t hash, uint64_t version)
 {
     kinf_bucket *b = kinf_map_get(&ix->buckets, value->ptr, value->len);
     if (b == NULL)
         return;
-    kinf_map_remove(&b->keys, key, key_len);
+    kinf_map_remove_h(&b->keys, key, key_len, hash);
     b->version = version;
     if (b->keys.count == 0) {
         kinf_map_remove(&ix->buckets, b->value, b->len);
@@ -155,20 +155,21 @@ void kinf_indexer_sweep_locked(kinf_indexer *ix, const kinf_values *vals)
     }
 }
 
-void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, void *item,
-                                const kinf_values *old, const kinf_values *new_, uint64_t version)
+void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, uint32_t hash,
+                                void *item, const kinf_values *old, const kinf_values *new_,
+                                uint64_t version)
 {
     if (old != NULL) {
         for (size_t i = 0; i < old->n; i++) {
             if (!kinf_values_have(new_, &old->v[i]))
-                drop_key_locked(ix, &old->v[i], key, key_len, version);
+                drop_key_locked(ix, &old->v[i], key, key_len, hash, version);
         }
     }
     if (new_ != NULL) {
         for (size_t i = 0; i < new_->n; i++) {
             kinf_bucket *b = kinf_map_get(&ix->buckets, new_->v[i].ptr, new_->v[i].len);
             /* Room was reserved by prepare: put cannot fail here. */
-            (void)kinf_map_put(&b->keys, key, key_len, item);
+            (void)kinf_map_put_h(&b->keys, key, key_len, hash, item);
             b->version = version;
         }
     }

@@ -56,11 +56,12 @@ kinf_err kinf_indexer_compute(kinf_indexer *ix, kinf_index_fn fn, void *ud, kinf
 kinf_err kinf_indexer_prepare_locked(kinf_indexer *ix, const kinf_values *vals);
 /* Undoes a failed prepare: removes the empty buckets it may have created. */
 void kinf_indexer_sweep_locked(kinf_indexer *ix, const kinf_values *vals);
-/* Moves key (whose entry value is item) from the old values' buckets to the new ones' and stamps
+/* Moves key (of hash kinf_key_hash(key), whose entry value is item) from the old values' buckets to the new ones' and stamps
  * every bucket it touches (those that keep the key too) with version. Cannot fail after
  * kinf_indexer_prepare_locked(ix, new_). */
-void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, void *item,
-                                const kinf_values *old, const kinf_values *new_, uint64_t version);
+void kinf_indexer_commit_locked(kinf_indexer *ix, const char *key, size_t key_len, uint32_t hash,
+                                void *item, const kinf_values *old, const kinf_values *new_,
+                                uint64_t version);
 /* Stamps the buckets of vals with version: their keys stay, an object of theirs changed. */
 void kinf_indexer_touch_locked(kinf_indexer *ix, const kinf_values *vals, uint64_t version);
 

@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <stdatomic.h>
 
 /* Load factor at most 3/4: probe sequences stay short with linear probing. */
 #define MAP_MIN_CAP 16
@@ -37,14 +37,26 @@ uint64_t kinf_hash_bytes(uint64_t seed, const char *p, size_t len)
     return mix(h);
 }
 
+uint32_t kinf_key_hash(const char *key, size_t len)
+{
+    static _Atomic uint64_t process_seed;
+    uint64_t seed = atomic_load_explicit(&process_seed, memory_order_relaxed);
+    if (seed == 0) {
+        uint64_t expected = 0, drawn = (uint64_t)kinf_random_seed(); /* never 0 */
+        /* The first thread to draw wins; a loser takes the winner's seed. */
+        if (atomic_compare_exchange_strong(&process_seed, &expected, drawn))
+            seed = drawn;
+        else
+            seed = expected;
+    }
+    return (uint32_t)kinf_hash_bytes(seed, key, len);
+}
+
 void kinf_map_init(kinf_map *m)
 {
-    struct timespec ts;
     m->slots = NULL;
     m->cap = 0;
     m->count = 0;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    m->seed = mix((uint64_t)(uintptr_t)m ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec);
 }
 
 void kinf_map_free(kinf_map *m)
@@ -66,13 +78,24 @@ static kinf_map_slot *probe(const kinf_map *m, const char *key, size_t len, uint
     }
 }
 
-kinf_map_slot *kinf_map_find(const kinf_map *m, const char *key, size_t len)
+kinf_map_slot *kinf_map_find_h(const kinf_map *m, const char *key, size_t len, uint32_t h)
 {
     kinf_map_slot *s;
     if (m->count == 0)
         return NULL;
-    s = probe(m, key, len, kinf_hash_bytes(m->seed, key, len));
+    s = probe(m, key, len, h);
     return s->key ? s : NULL;
+}
+
+kinf_map_slot *kinf_map_find(const kinf_map *m, const char *key, size_t len)
+{
+    return m->count ? kinf_map_find_h(m, key, len, kinf_key_hash(key, len)) : NULL;
+}
+
+void *kinf_map_get_h(const kinf_map *m, const char *key, size_t len, uint32_t h)
+{
+    kinf_map_slot *s = kinf_map_find_h(m, key, len, h);
+    return s ? s->value : NULL;
 }
 
 void *kinf_map_get(const kinf_map *m, const char *key, size_t len)
@@ -109,9 +132,8 @@ kinf_err kinf_map_reserve(kinf_map *m, size_t n)
     return cap == m->cap ? KINF_OK : grow_to(m, cap);
 }
 
-kinf_err kinf_map_put(kinf_map *m, const char *key, size_t len, void *value)
+kinf_err kinf_map_put_h(kinf_map *m, const char *key, size_t len, uint32_t h, void *value)
 {
-    uint64_t h = kinf_hash_bytes(m->seed, key, len);
     kinf_map_slot *s;
 
     if (m->cap) {
@@ -133,9 +155,14 @@ kinf_err kinf_map_put(kinf_map *m, const char *key, size_t len, void *value)
     return KINF_OK;
 }
 
-void *kinf_map_remove(kinf_map *m, const char *key, size_t len)
+kinf_err kinf_map_put(kinf_map *m, const char *key, size_t len, void *value)
 {
-    kinf_map_slot *s = kinf_map_find(m, key, len);
+    return kinf_map_put_h(m, key, len, kinf_key_hash(key, len), value);
+}
+
+void *kinf_map_remove_h(kinf_map *m, const char *key, size_t len, uint32_t h)
+{
+    kinf_map_slot *s = kinf_map_find_h(m, key, len, h);
     size_t mask, i, j;
     void *value;
 
@@ -158,4 +185,9 @@ void *kinf_map_remove(kinf_map *m, const char *key, size_t len)
     m->slots[i].value = NULL;
     m->count--;
     return value;
+}
+
+void *kinf_map_remove(kinf_map *m, const char *key, size_t len)
+{
+    return m->count ? kinf_map_remove_h(m, key, len, kinf_key_hash(key, len)) : NULL;
 }

@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "map.h"
+
 /*
  * Records are made on the client's scanner thread, which glibc gives an arena of its own. Such an
  * arena grows its heap only by what each malloc lacks, with one mprotect per growth: one
@@ -93,7 +95,8 @@ static void put_meta(kinf_object *obj, char *cur, const kinf_meta *meta, size_t 
     }
     memcpy(cur, meta->name.ptr, meta->name.len);
     cur[meta->name.len] = '\0';
-    obj->key_len = key_len;
+    obj->key_len = (uint32_t)key_len; /* bounded by kinf_object_new */
+    obj->hash = kinf_key_hash(obj->key, key_len);
 }
 
 kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta *meta,
@@ -109,6 +112,10 @@ kinf_object *kinf_object_new(const char *json, size_t json_len, const kinf_meta 
         return NULL;
     }
     key_len = (ns->len ? ns->len + 1 : 0) + meta->name.len;
+    if (key_len > UINT32_MAX) {
+        *err = KINF_ETOOBIG;
+        return NULL;
+    }
     /* Every piece is bounded by the buffers it was copied from; only their
      * sum can overflow, and only on absurd inputs: check it anyway. */
     size = sizeof(*obj) + json_len + 1 + ns->len + 1 + meta->name.len + 1 + meta->uid.len + 1 +
@@ -159,6 +166,10 @@ kinf_object *kinf_object_borrow(const kinf_str *json, const kinf_str *key, const
         *err = KINF_ENOKEY;
         return NULL;
     }
+    if (key->len > UINT32_MAX) {
+        *err = KINF_ETOOBIG;
+        return NULL;
+    }
     if (release == NULL || !nul_ended(json) || !nul_ended(key) || !nul_ended(&meta->namespace_) ||
         !nul_ended(&meta->name) || !nul_ended(&meta->uid) || !nul_ended(&meta->resource_version)) {
         *err = KINF_EINVAL;
@@ -183,7 +194,8 @@ kinf_object *kinf_object_borrow(const kinf_str *json, const kinf_str *key, const
     obj->uid = meta->uid.ptr;
     obj->resource_version = meta->resource_version.ptr;
     obj->key = key->ptr;
-    obj->key_len = key->len;
+    obj->key_len = (uint32_t)key->len;
+    obj->hash = kinf_key_hash(key->ptr, key->len);
     *err = KINF_OK;
     return obj;
 }
@@ -196,6 +208,10 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
 
     if (key == NULL) {
         *err = KINF_ENOKEY;
+        return NULL;
+    }
+    if (key_len > UINT32_MAX) {
+        *err = KINF_ETOOBIG;
         return NULL;
     }
     if (inner != NULL && kinf_object_is_tombstone(inner))
@@ -213,7 +229,8 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
     obj->namespace_ = obj->name = obj->uid = obj->resource_version = "";
     cur = (char *)(obj + 1);
     obj->key = put(&cur, key, key_len);
-    obj->key_len = key_len;
+    obj->key_len = (uint32_t)key_len;
+    obj->hash = kinf_key_hash(key, key_len);
     obj->inner = kinf_object_ref(inner);
     *err = KINF_OK;
     return obj;

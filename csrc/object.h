@@ -25,6 +25,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kinf.h"
 
@@ -44,7 +45,8 @@ struct kinf_object {
     const char *uid;              /* "" when absent */
     const char *resource_version; /* "" when absent */
     const char *key;              /* "ns/name" or "name"; tombstone: its key */
-    size_t key_len;
+    uint32_t key_len;
+    uint32_t hash;                /* kinf_key_hash(key, key_len), for the maps (map.h) */
     kinf_object *inner;           /* tombstone only: last known object or NULL */
 };
 

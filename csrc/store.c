@@ -213,7 +213,8 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     if (e != KINF_OK)
         goto out_nolock;
 
-    it = kinf_map_get(&s->items, obj->key, obj->key_len); /* stable: we are the only writer */
+    /* stable: we are the only writer */
+    it = kinf_map_get_h(&s->items, obj->key, obj->key_len, obj->hash);
     if (nv > 0 && (it == NULL || it->nvalues < nv)) {
         /* A new item, or one indexed before some indexers existed: size its values array. */
         item_vals = calloc(nv, sizeof(*item_vals));
@@ -230,6 +231,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
         }
         memcpy(fresh->key, obj->key, obj->key_len + 1);
         fresh->key_len = obj->key_len;
+        fresh->hash = obj->hash;
         fresh->obj = NULL;
         fresh->values = item_vals;
         fresh->nvalues = item_vals != NULL ? nv : 0;
@@ -265,7 +267,7 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
     version = next_version(s);
     if (fresh != NULL) {
         it = fresh;
-        (void)kinf_map_put(&s->items, it->key, it->key_len, it);
+        (void)kinf_map_put_h(&s->items, it->key, it->key_len, it->hash, it);
     } else if (item_vals != NULL) {
         if (it->nvalues > 0)
             memcpy(item_vals, it->values, it->nvalues * sizeof(*item_vals));
@@ -284,8 +286,8 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
             kinf_values_free(vals[i]);
             continue;
         }
-        kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it, old, vals[i],
-                                   version);
+        kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it->hash, it, old,
+                                   vals[i], version);
         if (s->indexers[i]->builtin_ns) {
             kinf_values_free(vals[i]); /* read from the record from now on */
         } else {
@@ -321,6 +323,26 @@ out_nolock:
     return e;
 }
 
+void kinf_store_prefetch(kinf_store *s, const uint32_t *hashes, size_t n)
+{
+    pthread_rwlock_rdlock(&s->lock);
+    for (size_t i = 0; i < n; i++)
+        kinf_map_prefetch(&s->items, hashes[i]);
+    pthread_rwlock_unlock(&s->lock);
+}
+
+kinf_err kinf_store_reserve(kinf_store *s, size_t n)
+{
+    kinf_err e = write_begin(s);
+    if (e != KINF_OK)
+        return e;
+    pthread_rwlock_wrlock(&s->lock);
+    e = kinf_map_reserve(&s->items, n);
+    pthread_rwlock_unlock(&s->lock);
+    write_end(s);
+    return e;
+}
+
 kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_object **old_out)
 {
     kinf_err e = write_begin(s);
@@ -336,7 +358,7 @@ kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_obje
         uint64_t version = next_version(s);
         for (size_t i = 0; i < s->nindexers; i++) {
             kinf_values_view view;
-            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it,
+            kinf_indexer_commit_locked(s->indexers[i], it->key, it->key_len, it->hash, it,
                                        kinf_item_values(s, it, i, &view), NULL, version);
         }
         publish_version_locked(s, version);
@@ -379,6 +401,7 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
             return KINF_ENOMEM;
         memcpy(it->key, obj->key, obj->key_len + 1);
         it->key_len = obj->key_len;
+        it->hash = obj->hash;
         it->obj = kinf_object_ref(obj);
         it->nvalues = 0;
         it->values = NULL;
@@ -400,8 +423,8 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
                 }
             }
         }
-        prev = kinf_map_get(items, it->key, it->key_len);
-        (void)kinf_map_put(items, it->key, it->key_len, it); /* reserved above */
+        prev = kinf_map_get_h(items, it->key, it->key_len, it->hash);
+        (void)kinf_map_put_h(items, it->key, it->key_len, it->hash, it); /* reserved above */
         item_free(prev);                                     /* a later duplicate wins */
     }
     for (size_t i = 0; i < nix; i++) {
@@ -415,7 +438,8 @@ static kinf_err build_content(kinf_store *s, kinf_object *const *objs, size_t n,
                 buckets[i] = tmp.buckets;
                 return e;
             }
-            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it, NULL, vals, version);
+            kinf_indexer_commit_locked(&tmp, it->key, it->key_len, it->hash, it, NULL, vals,
+                                       version);
         }
         buckets[i] = tmp.buckets;
     }
@@ -536,8 +560,8 @@ kinf_err kinf_store_add_indexers(kinf_store *s, const kinf_indexer_def *defs, si
         for (size_t i = 0; i < n; i++) {
             if (kinf_indexer_prepare_locked(fresh[i], vals[k][i]) != KINF_OK)
                 goto out;
-            kinf_indexer_commit_locked(fresh[i], it->key, it->key_len, it, NULL, vals[k][i],
-                                       next_version(s));
+            kinf_indexer_commit_locked(fresh[i], it->key, it->key_len, it->hash, it, NULL,
+                                       vals[k][i], next_version(s));
         }
         grown = realloc(it->values, (old_n + n) * sizeof(*grown));
         if (grown == NULL)
@@ -622,7 +646,7 @@ kinf_err kinf_store_swap_record(kinf_store *s, kinf_object *obj, kinf_object **o
     if (e != KINF_OK)
         return e;
     pthread_rwlock_wrlock(&s->lock);
-    it = kinf_map_get(&s->items, obj->key, obj->key_len);
+    it = kinf_map_get_h(&s->items, obj->key, obj->key_len, obj->hash);
     if (it == NULL || strcmp(it->obj->resource_version, obj->resource_version) != 0) {
         e = KINF_ENOTFOUND;
     } else {

@@ -92,6 +92,12 @@ kinf_err kinf_store_add(kinf_store *s, kinf_object *obj, kinf_object **old_out, 
                         size_t errlen);
 /* Delete by key; *old_out receives the removed record (or NULL when the key was absent). */
 kinf_err kinf_store_delete(kinf_store *s, const char *key, size_t len, kinf_object **old_out);
+/* Asks the cache for the key map's slots of keys with these hashes (kinf_object.hash): a hint
+ * for a caller that knows which keys it will write next. */
+void kinf_store_prefetch(kinf_store *s, const uint32_t *hashes, size_t n);
+/* Makes room for n keys in all, so that the adds of a list do not grow (and rehash) the key
+ * map on their way. Changes no content; KINF_ENOMEM leaves the store as it was. */
+kinf_err kinf_store_reserve(kinf_store *s, size_t n);
 /* Replace the whole content with objs[0..n) (later duplicates of a key win). */
 kinf_err kinf_store_replace(kinf_store *s, kinf_object *const *objs, size_t n, char *errbuf,
                             size_t errlen);

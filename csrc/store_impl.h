@@ -21,7 +21,8 @@ typedef struct item {
      * namespace index keeps none here: its value is the record's namespace, which the key fixes. */
     kinf_values **values;
     size_t nvalues;        /* [write_mu] */
-    size_t key_len;
+    uint32_t key_len;
+    uint32_t hash;         /* kinf_key_hash of key */
     char key[];
 } item;
 

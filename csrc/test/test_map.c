@@ -1,10 +1,12 @@
 /* test_map.c - the hash map against a trivially correct reference (an array), with removals
  * that exercise backward-shift deletion. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "ctest.h"
 #include "map.h"
+#include "object.h"
 
 #define N 5000
 
@@ -76,5 +78,53 @@ static void empty_key_and_binary_keys(void)
     kinf_map_free(&m);
 }
 
-TEST_MAIN(TEST(random_ops_match_reference), TEST(iteration_visits_each_entry_once),
+static void *hash_of_a_key(void *out)
+{
+    *(uint32_t *)out = kinf_key_hash("default/web", 11);
+    return NULL;
+}
+
+/* The first calls, from two threads at once, draw the process's seed: both get one hash. */
+static void threads_agree_on_the_first_hash(void)
+{
+    pthread_t t[2];
+    uint32_t h[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&t[i], NULL, hash_of_a_key, &h[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    CHECK(h[0] == h[1]);
+    CHECK(kinf_key_hash("default/web", 11) == h[0]);
+}
+
+/* Records carry their key's hash, and a map finds a key whichever way its hash came. */
+static void records_carry_the_hash_every_map_uses(void)
+{
+    const char json[] = "{}";
+    kinf_meta meta = { { "default", 7 }, { "web", 3 }, { "", 0 }, { "5", 1 } };
+    kinf_err err;
+    kinf_object *obj = kinf_object_new(json, 2, &meta, &err);
+    kinf_object *tomb = kinf_tombstone_new("kube-system/dns", 15, obj, &err);
+    kinf_map m;
+    int a = 1, b = 2;
+
+    CHECK(obj != NULL && tomb != NULL);
+    CHECK(obj->hash == kinf_key_hash("default/web", 11));
+    CHECK(tomb->hash == kinf_key_hash("kube-system/dns", 15));
+    kinf_map_init(&m);
+    CHECK(kinf_map_put_h(&m, obj->key, obj->key_len, obj->hash, &a) == KINF_OK);
+    CHECK(kinf_map_put(&m, "kube-system/dns", 15, &b) == KINF_OK);
+    CHECK(kinf_map_get(&m, "default/web", 11) == &a);
+    CHECK(kinf_map_get_h(&m, tomb->key, tomb->key_len, tomb->hash) == &b);
+    CHECK(kinf_map_remove_h(&m, obj->key, obj->key_len, obj->hash) == &a);
+    CHECK(kinf_map_get(&m, "default/web", 11) == NULL);
+    CHECK(kinf_map_remove(&m, "kube-system/dns", 15) == &b);
+    CHECK(m.count == 0);
+    kinf_map_free(&m);
+    kinf_object_unref(tomb);
+    kinf_object_unref(obj);
+}
+
+TEST_MAIN(TEST(threads_agree_on_the_first_hash), TEST(records_carry_the_hash_every_map_uses),
+          TEST(random_ops_match_reference), TEST(iteration_visits_each_entry_once),
           TEST(empty_key_and_binary_keys))
