@@ -109,9 +109,15 @@ static kinf_err grow_to(kinf_map *m, size_t cap)
     kinf_map_slot *old = m->slots, *slots;
     size_t old_cap = m->cap;
 
-    slots = calloc(cap, sizeof(*slots));
+    /* Not calloc: a big calloc is fresh pages the rehash below would first read (mapping the
+     * shared zero page) and then write (a second fault per page). Writing them at once costs
+     * one fault per page. */
+    if (cap > SIZE_MAX / sizeof(*slots))
+        return KINF_ENOMEM;
+    slots = malloc(cap * sizeof(*slots));
     if (slots == NULL)
         return KINF_ENOMEM;
+    memset(slots, 0, cap * sizeof(*slots));
     m->slots = slots;
     m->cap = cap;
     for (size_t i = 0; i < old_cap; i++) {

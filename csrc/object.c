@@ -238,12 +238,10 @@ kinf_object *kinf_tombstone_new(const char *key, size_t key_len, kinf_object *in
 
 size_t kinf_object_size(const kinf_object *obj)
 {
-    if (kinf_object_is_tombstone(obj))
-        return sizeof(*obj) + obj->key_len + 1;
     if (obj->flags & KINF_OBJ_BORROWED)
         return sizeof(borrowed);
-    return sizeof(*obj) + obj->json_len + 1 + strlen(obj->namespace_) + 1 + strlen(obj->name) + 1 +
-           strlen(obj->uid) + 1 + strlen(obj->resource_version) + 1 + obj->key_len + 1;
+    /* A record's key is the last of its strings (kinf_object_new, kinf_tombstone_new). */
+    return (size_t)(obj->key - (const char *)obj) + obj->key_len + 1;
 }
 
 kinf_object *kinf_object_ref(kinf_object *obj)
