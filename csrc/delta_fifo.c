@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grow_ahead.h"
 #include "map.h"
 
 typedef struct entry {
@@ -267,6 +268,8 @@ static kinf_err queue_action_locked(kinf_fifo *f, kinf_delta_type type, kinf_obj
     if (e == NULL) {
         if (ring_reserve_locked(f, f->count + 1) != KINF_OK)
             return KINF_ENOMEM;
+        /* A list queues its keys in a row, and they stay until the dispatch pops them. */
+        kinf_grow_ahead(sizeof(*e) + obj->key_len + 1 + 2 * sizeof(kinf_delta));
         e = malloc(sizeof(*e) + obj->key_len + 1);
         if (e == NULL)
             return KINF_ENOMEM;

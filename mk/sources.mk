@@ -5,6 +5,7 @@
 # The Lua-free core: one file per concept.
 CORE_SRC += csrc/kinf.c
 CORE_SRC += csrc/object.c
+CORE_SRC += csrc/grow_ahead.c
 CORE_SRC += csrc/map.c
 CORE_SRC += csrc/ring.c
 CORE_SRC += csrc/store.c

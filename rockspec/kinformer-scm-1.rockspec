@@ -87,7 +87,7 @@ build = {
     ["kinformer.testing"] = "lua/kinformer/testing.lua",
     ["kinformer.core"] = {
       sources = {
-        "csrc/kinf.c", "csrc/object.c", "csrc/map.c", "csrc/ring.c", "csrc/index.c", "csrc/store.c", "csrc/store_read.c", "csrc/store_select.c",
+        "csrc/kinf.c", "csrc/object.c", "csrc/grow_ahead.c", "csrc/map.c", "csrc/ring.c", "csrc/index.c", "csrc/store.c", "csrc/store_read.c", "csrc/store_select.c",
         "csrc/delta_fifo.c",
         "csrc/jsonscan.c", "csrc/client.c", "csrc/client_transport.c", "csrc/request.c", "csrc/call.c",
         "csrc/reflector.c", "csrc/reflector_list.c", "csrc/reflector_watch.c",
