@@ -21,7 +21,7 @@
 #define GROW_AHEAD_EVERY (96u * 1024u)
 #define GROW_AHEAD_BYTES (120u * 1024u)
 
-static void populate(void *block, size_t len)
+void kinf_populate(void *block, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE
     static _Thread_local int refused;
@@ -58,6 +58,6 @@ void kinf_grow_ahead(size_t size)
     since = 0;
     block = malloc(GROW_AHEAD_BYTES);
     if (block != NULL)
-        populate(block, GROW_AHEAD_BYTES);
+        kinf_populate(block, GROW_AHEAD_BYTES);
     free(block);
 }

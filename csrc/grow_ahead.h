@@ -16,5 +16,8 @@
 #include <stddef.h>
 
 void kinf_grow_ahead(size_t size);
+/* Faults in the whole pages of [block, block + len) at once, as written (MADV_POPULATE_WRITE):
+ * for a big fresh allocation about to be written all over. A hint: nothing fails. */
+void kinf_populate(void *block, size_t len);
 
 #endif

@@ -1,12 +1,16 @@
 /* map.c - string-keyed hash map (contract in map.h). */
 #include "map.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
+
+#include "grow_ahead.h"
 
 /* Load factor at most 3/4: probe sequences stay short with linear probing. */
 #define MAP_MIN_CAP 16
+/* Slot arrays from this size on are faulted in at once (glibc serves them with mmap). */
+#define POPULATE_MIN (128u * 1024u)
 
 static uint64_t mix(uint64_t x)
 {
@@ -109,15 +113,14 @@ static kinf_err grow_to(kinf_map *m, size_t cap)
     kinf_map_slot *old = m->slots, *slots;
     size_t old_cap = m->cap;
 
-    /* Not calloc: a big calloc is fresh pages the rehash below would first read (mapping the
-     * shared zero page) and then write (a second fault per page). Writing them at once costs
-     * one fault per page. */
-    if (cap > SIZE_MAX / sizeof(*slots))
-        return KINF_ENOMEM;
-    slots = malloc(cap * sizeof(*slots));
+    slots = calloc(cap, sizeof(*slots));
     if (slots == NULL)
         return KINF_ENOMEM;
-    memset(slots, 0, cap * sizeof(*slots));
+    /* A big calloc is fresh pages that probes would first read (mapping the shared zero page)
+     * and then write (a second fault per page): fault them in, written, at once. (A memset
+     * would not do: compilers turn malloc + memset into calloc.) */
+    if (cap * sizeof(*slots) >= POPULATE_MIN)
+        kinf_populate(slots, cap * sizeof(*slots));
     m->slots = slots;
     m->cap = cap;
     for (size_t i = 0; i < old_cap; i++) {

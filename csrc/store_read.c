@@ -57,7 +57,8 @@ static kinf_err collect_locked(const kinf_map *m, kinf_object ***out, size_t *n)
     kinf_object **arr = malloc((m->count ? m->count : 1) * sizeof(*arr));
     if (arr == NULL)
         return KINF_ENOMEM;
-    for (size_t i = 0; (sl = kinf_map_next(m, &i)) != NULL;)
+    /* Stops at the last entry: a map reserved for a list is mostly empty slots before it fills. */
+    for (size_t i = 0; k < m->count && (sl = kinf_map_next(m, &i)) != NULL;)
         arr[k++] = kinf_object_ref(((item *)sl->value)->obj);
     *out = arr;
     *n = k;
