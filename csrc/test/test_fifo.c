@@ -1,7 +1,9 @@
 /* test_fifo.c - the DeltaFIFO from C, especially what Lua cannot show: real producer and
  * consumer threads (TSan), blocked poppers woken by close, timed pops. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -398,6 +400,99 @@ static void producers_and_consumer_lose_nothing(void)
     kinf_fifo_unref(f);
 }
 
+/* ---- relists against a store that a consumer fills at the same time ---- */
+
+#define RELISTS 30
+#define RELIST_KEYS 2500
+
+static int listed_in(int round, int i)
+{
+    return (i + round) % 7 != 0 && i < 1500 + (round * 137) % 1000;
+}
+
+struct relister {
+    kinf_fifo *f;
+    atomic_int done;
+};
+
+/* The I/O thread's part: a list every round, each missing other keys, at a new version. */
+static void *relist(void *arg)
+{
+    struct relister *r = arg;
+    static kinf_object *objs[RELIST_KEYS];
+    char ns[16], name[16], rv[16];
+
+    for (int round = 0; round < RELISTS; round++) {
+        size_t n = 0;
+        snprintf(rv, sizeof(rv), "%d", round + 1);
+        for (int i = 0; i < RELIST_KEYS; i++) {
+            if (!listed_in(round, i))
+                continue;
+            snprintf(ns, sizeof(ns), "ns-%d", i % 5);
+            snprintf(name, sizeof(name), "k%d", i);
+            objs[n++] = mkobj(ns, name, "", rv);
+        }
+        CHECK(kinf_fifo_replace(r->f, objs, n, rv) == KINF_OK);
+        for (size_t i = 0; i < n; i++)
+            kinf_object_unref(objs[i]);
+    }
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* The replace reserves the known store's map and the pops look ahead into it (prefetch under
+ * its read lock) while this thread writes it, as an informer's dispatch does: once the last
+ * list is drained, the store holds exactly that list. */
+static void relists_while_the_store_fills_end_with_the_last_list(void)
+{
+    kinf_err err;
+    kinf_store *known = kinf_store_new(1, &err);
+    kinf_fifo *f = new_fifo(known, KINF_FIFO_EMIT_REPLACED);
+    struct relister r = { f, 0 };
+    pthread_t t;
+    size_t want = 0;
+    char key[32];
+
+    CHECK(pthread_create(&t, NULL, relist, &r) == 0);
+    for (;;) {
+        kinf_deltas d;
+        int finished = atomic_load(&r.done);
+        err = kinf_fifo_pop(f, 0.05, NULL, NULL, &d, NULL);
+        if (err == KINF_ETIMEDOUT && finished)
+            break;
+        if (err == KINF_ETIMEDOUT)
+            continue;
+        CHECK(err == KINF_OK);
+        if (err != KINF_OK)
+            break;
+        for (size_t i = 0; i < d.n; i++) {
+            kinf_object *o = d.v[i].obj, *old = NULL;
+            if (d.v[i].type == KINF_DELTA_DELETED)
+                CHECK(kinf_store_delete(known, o->key, o->key_len, &old) == KINF_OK);
+            else
+                CHECK(kinf_store_add(known, o, &old, NULL, 0) == KINF_OK);
+            kinf_object_unref(old);
+        }
+        kinf_deltas_clear(&d);
+    }
+    pthread_join(t, NULL);
+    for (int i = 0; i < RELIST_KEYS; i++) {
+        kinf_object *o;
+        snprintf(key, sizeof(key), "ns-%d/k%d", i % 5, i);
+        o = kinf_store_get(known, key, strlen(key));
+        if (listed_in(RELISTS - 1, i)) {
+            want++;
+            CHECK(o != NULL && atoi(o->resource_version) == RELISTS);
+        } else {
+            CHECK(o == NULL);
+        }
+        kinf_object_unref(o);
+    }
+    CHECK(kinf_store_len(known) == want);
+    kinf_fifo_unref(f);
+    kinf_store_unref(known);
+}
+
 TEST_MAIN(TEST(basic_two_producers_keep_their_order),
           TEST(stats_follow_every_enqueue_merge_pop_and_requeue), TEST(close_unblocks_every_blocked_pop),
           TEST(queued_items_drain_after_close), TEST(timed_pop_times_out),
@@ -405,4 +500,5 @@ TEST_MAIN(TEST(basic_two_producers_keep_their_order),
           TEST(a_drained_big_queue_works_as_a_new_one),
           TEST(replace_emits_tombstones_and_counts_initial_list),
           TEST(consecutive_deletions_are_deduplicated),
-          TEST(producers_and_consumer_lose_nothing))
+          TEST(producers_and_consumer_lose_nothing),
+          TEST(relists_while_the_store_fills_end_with_the_last_list))
